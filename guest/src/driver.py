@@ -7,6 +7,8 @@ import ast
 import builtins
 import io
 import linecache
+import os
+import random
 import sys
 import traceback
 import types
@@ -20,6 +22,20 @@ def _no_file_access(file, *args, **kwargs):
 
 builtins.open = _no_file_access
 io.open = _no_file_access
+
+
+# `random.seed(None)` seeds from the interpreter's thread RNG, whose state the snapshot froze: every
+# run would draw the same numbers. Seed from WASI's random_get (the host's entropy) instead.
+_seed = random.Random.seed
+
+
+def _seed_from_host(self, a=None, version=2):
+    if a is None:
+        a = int.from_bytes(os.urandom(32), "big")
+    _seed(self, a, version)
+
+
+random.Random.seed = _seed_from_host
 
 
 def _text(s):
@@ -86,10 +102,8 @@ def _flush():
 
 def run(source, max_result_chars):
     """Returns (result repr or None, exception type, message, traceback), the last three or None."""
-    random = sys.modules.get("random")
-    if random is not None:
-        # The snapshot froze the generator's state: draw a fresh seed from the host's entropy.
-        random.seed()
+    # The module-level functions are methods bound to `random._inst` before the patch above.
+    _seed_from_host(random._inst)
     main = types.ModuleType("__main__")
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
