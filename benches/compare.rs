@@ -1,0 +1,163 @@
+//! Sandbox against native `python3` on the same machine, in one run:
+//! `cargo bench --bench compare [-- PROGRAMS.py]`.
+//!
+//! Runs each program of `../shared/bench/programs.py` (a `PROGRAMS` dict of name to source, each
+//! ending in a checksum expression) in the sandbox and in CPython, checks that the checksums agree,
+//! and prints each ratio, their geometric mean, and the per-run overhead of `print(1)`.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use safe_python_executor::{Limits, RunOptions, Sandbox, SandboxOptions};
+
+const REPS: usize = 3;
+
+/// Times a program inside one CPython process, excluding interpreter start-up, the way the sandbox
+/// times only the run: all statements but the last are executed, the last is evaluated.
+const NATIVE_DRIVER: &str = r#"
+import ast, json, sys, time
+src = sys.stdin.read()
+times, value = [], None
+for _ in range(int(sys.argv[1])):
+    tree = ast.parse(src)
+    last = tree.body.pop()
+    g = {"__name__": "__main__"}
+    t = time.perf_counter()
+    exec(compile(tree, "<code>", "exec"), g)
+    value = eval(compile(ast.Expression(last.value), "<code>", "eval"), g)
+    times.append((time.perf_counter() - t) * 1000)
+print(json.dumps({"ms": sorted(times)[len(times) // 2], "value": repr(value)}))
+"#;
+
+fn main() -> anyhow::Result<()> {
+    let programs_path = std::env::args()
+        .skip(1)
+        .find(|a| a.ends_with(".py"))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/bench/programs.py")
+        });
+    let programs = load_programs(&programs_path)?;
+    let python = python_version()?;
+
+    let sandbox = Sandbox::new(SandboxOptions::default())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()?;
+    let options = RunOptions {
+        limits: Limits {
+            timeout: Duration::from_secs(120),
+            fuel: u64::MAX / 2,
+            ..Limits::default()
+        },
+        ..RunOptions::default()
+    };
+    let run = |code: &str| -> anyhow::Result<(f64, Option<String>)> {
+        let started = Instant::now();
+        let r = runtime.block_on(sandbox.run(code, &options))?;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        anyhow::ensure!(!r.is_failure(), "the sandbox failed: {r:?}");
+        Ok((ms, r.result().map(str::to_owned)))
+    };
+
+    println!("sandbox vs native {python}, median of {REPS} runs, run time only (no process start)");
+    println!(
+        "{:<12} {:>12} {:>12} {:>8}",
+        "program", "sandbox ms", "native ms", "ratio"
+    );
+    let mut log_sum = 0.0;
+    for (name, code) in &programs {
+        let mut times = Vec::new();
+        let mut value = None;
+        for _ in 0..REPS {
+            let (ms, v) = run(code)?;
+            times.push(ms);
+            value = v;
+        }
+        let sandbox_ms = median(&mut times);
+        let (native_ms, native_value) = native(code)?;
+        anyhow::ensure!(
+            value.as_deref() == Some(native_value.as_str()),
+            "{name}: the sandbox computed {value:?}, CPython {native_value}"
+        );
+        let ratio = sandbox_ms / native_ms;
+        log_sum += ratio.ln();
+        println!("{name:<12} {sandbox_ms:>12.1} {native_ms:>12.1} {ratio:>7.1}x");
+    }
+    println!(
+        "geometric mean of ratios: {:.2}x",
+        (log_sum / programs.len() as f64).exp()
+    );
+
+    let mut trivial = Vec::new();
+    for _ in 0..300 {
+        trivial.push(run("print(1)")?.0);
+    }
+    trivial.sort_by(f64::total_cmp);
+    println!(
+        "per-run overhead of print(1), fresh instance each run (300 runs): p50 {:.2} ms, p90 {:.2} ms",
+        trivial[trivial.len() / 2],
+        trivial[trivial.len() * 9 / 10]
+    );
+    println!(
+        "process start to exit, print(1): sandbox-run {:.1} ms, python3 {:.1} ms",
+        process_ms(env!("CARGO_BIN_EXE_sandbox-run"))?,
+        process_ms("python3")?
+    );
+    Ok(())
+}
+
+fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn load_programs(path: &PathBuf) -> anyhow::Result<Vec<(String, String)>> {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg("import json, sys; g = {}; exec(open(sys.argv[1]).read(), g); print(json.dumps(list(g['PROGRAMS'].items())))")
+        .arg(path)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "cannot load {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+fn python_version() -> anyhow::Result<String> {
+    let out = Command::new("python3").arg("--version").output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn native(code: &str) -> anyhow::Result<(f64, String)> {
+    use std::io::Write;
+    let mut child = Command::new("python3")
+        .args(["-c", NATIVE_DRIVER, &REPS.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    child.stdin.take().unwrap().write_all(code.as_bytes())?;
+    let out = child.wait_with_output()?;
+    anyhow::ensure!(out.status.success(), "python3 failed");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    Ok((
+        v["ms"].as_f64().unwrap_or(f64::NAN),
+        v["value"].as_str().unwrap_or_default().to_owned(),
+    ))
+}
+
+/// Median wall time of spawning `program -c 'print(1)'` to its exit, warm cache.
+fn process_ms(program: &str) -> anyhow::Result<f64> {
+    let mut times = Vec::new();
+    for _ in 0..11 {
+        let started = Instant::now();
+        let out = Command::new(program).args(["-c", "print(1)"]).output()?;
+        anyhow::ensure!(out.status.success(), "{program} failed");
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok(median(&mut times))
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds the committed guest artifact, or checks that it matches the guest's sources.
+#
+#   scripts/guest.sh build   rebuild wasm/safe-python-guest.wasm and wasm/MANIFEST (7-30 min on 2 cores)
+#   scripts/guest.sh check   fail if guest/ or protocol/ changed since the artifact was built (instant)
+#
+# Whoever changes guest/, protocol/ or the wizening tool runs `build` and commits wasm/. CI only runs
+# `check`: it never rebuilds the guest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGET=wasm32-wasip1
+ARTIFACT=wasm/safe-python-guest.wasm
+MANIFEST=wasm/MANIFEST
+BUILD_FLAGS="--release --target $TARGET --locked --ignore-rust-version; wizen-guest init=sandbox_init"
+# Everything the artifact is made from.
+SOURCES=(guest/Cargo.toml guest/Cargo.lock guest/src protocol/Cargo.toml protocol/src src/bin/wizen-guest.rs)
+
+sources_sha256() {
+  {
+    printf '%s\n' "$BUILD_FLAGS"
+    find "${SOURCES[@]}" -type f | LC_ALL=C sort | while read -r f; do
+      printf '%s %s\n' "$(sha256sum < "$f" | cut -d' ' -f1)" "$f"
+    done
+  } | sha256sum | cut -d' ' -f1
+}
+
+manifest_value() { sed -n "s/^$1=//p" "$MANIFEST"; }
+
+case "${1:-}" in
+  build)
+    command -v rustup >/dev/null && rustup target add "$TARGET" >/dev/null
+    (cd guest && cargo build --release --target "$TARGET" --locked --ignore-rust-version)
+    cargo run --features wizer --bin wizen-guest -- \
+      "guest/target/$TARGET/release/safe_python_guest.wasm" "$ARTIFACT.new"
+    mv "$ARTIFACT.new" "$ARTIFACT"
+    {
+      echo "# Written by scripts/guest.sh build; checked by scripts/guest.sh check."
+      echo "sources_sha256=$(sources_sha256)"
+      echo "wasm_sha256=$(sha256sum < "$ARTIFACT" | cut -d' ' -f1)"
+      echo "wasm_bytes=$(wc -c < "$ARTIFACT" | tr -d ' ')"
+      echo "rustc=$(rustc --version)"
+      echo "build_flags=$BUILD_FLAGS"
+    } > "$MANIFEST"
+    echo "guest.sh: built $ARTIFACT ($(wc -c < "$ARTIFACT") bytes)"
+    ;;
+  check)
+    [ -f "$MANIFEST" ] && [ -f "$ARTIFACT" ] || { echo "guest.sh: $ARTIFACT or $MANIFEST is missing: run scripts/guest.sh build" >&2; exit 1; }
+    if [ "$(sources_sha256)" != "$(manifest_value sources_sha256)" ]; then
+      echo "guest.sh: the guest's sources changed since $ARTIFACT was built: run scripts/guest.sh build and commit wasm/" >&2
+      exit 1
+    fi
+    if [ "$(sha256sum < "$ARTIFACT" | cut -d' ' -f1)" != "$(manifest_value wasm_sha256)" ]; then
+      echo "guest.sh: $ARTIFACT is not the artifact $MANIFEST describes: run scripts/guest.sh build" >&2
+      exit 1
+    fi
+    echo "guest.sh: $ARTIFACT matches its sources"
+    ;;
+  *)
+    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac

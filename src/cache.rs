@@ -1,0 +1,119 @@
+//! The compiled-module cache: Cranelift takes tens of seconds to compile the guest, so the result is
+//! kept on disk and memory-mapped by every later process in a couple of milliseconds.
+//!
+//! Entries are keyed by the guest's SHA-256 and the engine's compatibility hash (wasmtime's version,
+//! its configuration and the target), so a changed guest or engine never loads a stale artifact. Writes
+//! go to a temporary file renamed into place; a lock file keeps concurrent first runs (a test suite
+//! starting many processes at once) from compiling the same module side by side.
+
+use std::fs::{self, File};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io;
+use std::path::{Path, PathBuf};
+
+use wasmtime::{Engine, Module};
+
+/// Environment variable that overrides where compiled modules are kept.
+pub const CACHE_DIR_ENV: &str = "SAFE_PYTHON_CACHE_DIR";
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("cannot use the cache directory {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("cannot compile the Python guest: {0:#}")]
+    Compile(wasmtime::Error),
+    #[error("cannot serialise the compiled guest: {0:#}")]
+    Serialize(wasmtime::Error),
+}
+
+/// What happened while getting the module, for a front end to tell its user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prepared {
+    /// Loaded from the cache.
+    Loaded(PathBuf),
+    /// Compiled and stored in the cache.
+    Compiled(PathBuf),
+    /// Compiled, but there is no usable cache directory.
+    CompiledUncached,
+}
+
+/// The default cache directory: `$SAFE_PYTHON_CACHE_DIR`, else the user's cache directory.
+pub fn default_dir() -> Option<PathBuf> {
+    match std::env::var_os(CACHE_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
+        _ => dirs::cache_dir().map(|d| d.join("safe-python-executor")),
+    }
+}
+
+/// The file name of the cache entry for `wasm_sha256` under this engine.
+pub fn entry_name(engine: &Engine, wasm_sha256: &str) -> String {
+    // The compatibility hash covers wasmtime's version, its configuration and the target.
+    // DefaultHasher::new() uses fixed keys, so every process of a build derives the same name.
+    let mut hasher = DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    format!(
+        "guest-{}-{:016x}.cwasm",
+        &wasm_sha256[..16.min(wasm_sha256.len())],
+        hasher.finish()
+    )
+}
+
+/// Loads the compiled guest from `dir`, or compiles it (calling `on_compile` first, since that takes
+/// a while) and stores it there.
+pub fn load_or_compile(
+    engine: &Engine,
+    wasm: &[u8],
+    wasm_sha256: &str,
+    dir: Option<&Path>,
+    on_compile: &mut dyn FnMut(Option<&Path>),
+) -> Result<(Module, Prepared), CacheError> {
+    let Some(dir) = dir else {
+        on_compile(None);
+        let module = Module::new(engine, wasm).map_err(CacheError::Compile)?;
+        return Ok((module, Prepared::CompiledUncached));
+    };
+    let io_err = |source| CacheError::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    let path = dir.join(entry_name(engine, wasm_sha256));
+    if let Some(module) = try_load(engine, &path) {
+        return Ok((module, Prepared::Loaded(path)));
+    }
+    fs::create_dir_all(dir).map_err(io_err)?;
+    let lock = File::create(path.with_extension("lock")).map_err(io_err)?;
+    lock.lock().map_err(io_err)?;
+    // Another process may have compiled it while we waited for the lock.
+    if let Some(module) = try_load(engine, &path) {
+        return Ok((module, Prepared::Loaded(path)));
+    }
+    on_compile(Some(&path));
+    let module = Module::new(engine, wasm).map_err(CacheError::Compile)?;
+    let bytes = module.serialize().map_err(CacheError::Serialize)?;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    fs::write(&tmp, &bytes)
+        .and_then(|()| fs::rename(&tmp, &path))
+        .map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            io_err(e)
+        })?;
+    Ok((module, Prepared::Compiled(path)))
+}
+
+fn try_load(engine: &Engine, path: &Path) -> Option<Module> {
+    if !path.is_file() {
+        return None;
+    }
+    // SAFETY: `deserialize_file` trusts its input to be a module this wasmtime compiled. Entries are
+    // only ever written by `load_or_compile` (atomically, under a name that pins the wasmtime version
+    // and engine configuration), and wasmtime still rejects an artifact from another version or
+    // configuration. A user who can write to their own cache directory can already run code as
+    // themselves, so the file is as trusted as the binary.
+    match unsafe { Module::deserialize_file(engine, path) } {
+        Ok(module) => Some(module),
+        Err(e) => {
+            tracing::warn!("ignoring unusable cached module {}: {e:#}", path.display());
+            None
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! `sandbox-run`: runs a Python file, `-c` code or stdin in the sandbox.
+//!
+//! The flags map one to one onto [`Limits`] and [`ImportPolicy`]; the exit code says how the run
+//! ended, so scripts can tell a Python error from a limit without parsing output.
+
+use std::io::{self, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+
+use crate::cache::CACHE_DIR_ENV;
+use crate::limits::{ImportPolicy, Limits, validate_module_name};
+use crate::outcome::{Outcome, RunResult};
+use crate::output::Stream;
+use crate::sandbox::{RunOptions, Sandbox, SandboxOptions};
+
+/// Exit status: the code ran to the end.
+pub const EXIT_OK: u8 = 0;
+/// Exit status: the code raised an exception it did not catch (including SystemExit).
+pub const EXIT_EXCEPTION: u8 = 1;
+/// Exit status: bad command line or unreadable input.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status: a limit stopped the code.
+pub const EXIT_LIMIT: u8 = 3;
+/// Exit status: the sandbox itself failed (cache, engine, or a trap that is not a limit).
+pub const EXIT_INTERNAL: u8 = 4;
+
+const AFTER_HELP: &str = "\
+Exit status:
+  0  the code ran to the end
+  1  the code raised an uncaught exception (SystemExit and KeyboardInterrupt included)
+  2  usage error: bad flags, no code, unreadable file
+  3  a limit stopped the code (timeout, fuel, memory, output, stack)
+  4  internal error: the sandbox could not start, or the interpreter trapped
+
+The sandbox has no files, no network, no environment variables and no stdin. Code that prints
+is streamed live; the value of the last expression (or of a final `x = ...`) is printed after it.
+
+Examples:
+  sandbox-run -c 'print(2**100)'
+  sandbox-run --timeout 2 --allow json script.py
+  echo 'sum(range(10))' | sandbox-run --json -";
+
+/// Run Python code in a WebAssembly sandbox with hard limits.
+#[derive(Debug, Parser)]
+#[command(name = "sandbox-run", version, about, after_help = AFTER_HELP)]
+pub struct Args {
+    /// Python file to run; `-` reads the code from stdin.
+    #[arg(
+        value_name = "FILE",
+        conflicts_with = "code",
+        required_unless_present = "code"
+    )]
+    pub file: Option<PathBuf>,
+
+    /// Run CODE instead of a file.
+    #[arg(short = 'c', long = "code", value_name = "CODE")]
+    pub code: Option<String>,
+
+    /// Also allow importing these modules (comma-separated, repeatable), on top of: collections,
+    /// datetime, itertools, math, queue, random, re, stat, statistics, time, unicodedata.
+    #[arg(long, value_name = "MOD[,MOD...]", value_delimiter = ',', value_parser = parse_module)]
+    pub allow: Vec<String>,
+
+    /// Wall-clock limit in seconds, sleeping included.
+    #[arg(long, value_name = "SECS", default_value_t = Limits::DEFAULT_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
+    pub timeout: f64,
+
+    /// Memory limit in MiB (1 to 4096).
+    #[arg(long, value_name = "MIB", default_value_t = (Limits::DEFAULT_MEMORY_BYTES >> 20) as u64,
+          value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub memory: u64,
+
+    /// Instruction budget in fuel units (about 4 billion per second of compute).
+    #[arg(long, value_name = "N", default_value_t = Limits::DEFAULT_FUEL, value_parser = clap::value_parser!(u64).range(1..))]
+    pub fuel: u64,
+
+    /// Limit on stdout and stderr together, in bytes; past it the output is cut and the run stopped.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::DEFAULT_MAX_OUTPUT_BYTES as u64,
+          value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
+    pub max_output: u64,
+
+    /// Print one JSON object {stdout, stderr, result, error, limit, stats} instead of streaming.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Where the compiled sandbox is cached [default: the user cache directory].
+    #[arg(long, value_name = "DIR", env = CACHE_DIR_ENV)]
+    pub cache_dir: Option<PathBuf>,
+}
+
+fn parse_module(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    validate_module_name(s)?;
+    Ok(s.to_owned())
+}
+
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 {
+        Ok(secs)
+    } else {
+        Err("the timeout must be more than 0 and at most 86400 seconds".into())
+    }
+}
+
+impl Args {
+    pub fn limits(&self) -> Limits {
+        Limits {
+            timeout: Duration::from_secs_f64(self.timeout),
+            fuel: self.fuel,
+            memory_bytes: (self.memory as usize) << 20,
+            max_output_bytes: self.max_output as usize,
+        }
+    }
+
+    fn read_code(&self) -> anyhow::Result<String> {
+        if let Some(code) = &self.code {
+            return Ok(code.clone());
+        }
+        let bytes = match self.file.as_deref() {
+            Some(p) if p == Path::new("-") => {
+                let mut buf = Vec::new();
+                io::stdin()
+                    .read_to_end(&mut buf)
+                    .context("cannot read the code from stdin")?;
+                buf
+            }
+            Some(p) => std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
+            None => bail!("no code: give a FILE, -c CODE, or - to read stdin"),
+        };
+        String::from_utf8(bytes).context("the code is not valid UTF-8")
+    }
+}
+
+/// The whole program: parse, run, report, and turn the outcome into an exit status.
+pub fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { EXIT_OK });
+        }
+    };
+    let code = match args.read_code() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sandbox-run: {e:#}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    match run(&args, &code) {
+        Ok(status) => ExitCode::from(status),
+        Err(e) => {
+            eprintln!("sandbox-run: {e:#}");
+            ExitCode::from(EXIT_INTERNAL)
+        }
+    }
+}
+
+fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
+    let sandbox = Sandbox::new(SandboxOptions {
+        cache_dir: args.cache_dir.clone(),
+        on_compile: Some(Box::new(announce_compile)),
+        ..SandboxOptions::default()
+    })?;
+    let observer: Option<crate::OutputObserver> = (!args.json).then(|| {
+        Arc::new(|stream: Stream, bytes: &[u8]| {
+            // A closed pipe (`| head`) is not an error of the code: drop the output quietly.
+            let _ = match stream {
+                Stream::Stdout => io::stdout()
+                    .lock()
+                    .write_all(bytes)
+                    .and_then(|()| io::stdout().flush()),
+                Stream::Stderr => io::stderr().lock().write_all(bytes),
+            };
+        }) as crate::OutputObserver
+    });
+    let options = RunOptions {
+        limits: args.limits(),
+        policy: Arc::new(ImportPolicy::with_extra(&args.allow)),
+        observer,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()?;
+    let result = runtime.block_on(sandbox.run(code, &options))?;
+    if args.json {
+        // As for streamed output, a closed pipe is the reader's choice, not a failure.
+        let _ = writeln!(io::stdout(), "{}", serde_json::to_string(&result)?);
+    } else {
+        print_plain(&result);
+    }
+    Ok(exit_status(&result))
+}
+
+fn announce_compile(path: Option<&Path>) {
+    let color = io::stderr().is_terminal();
+    let (on, off) = if color {
+        ("\x1b[1;36m", "\x1b[0m")
+    } else {
+        ("", "")
+    };
+    match path {
+        Some(p) => eprintln!(
+            "{on}sandbox-run:{off} preparing the Python sandbox for first use (takes about 30 s, once); caching it at {}",
+            p.display()
+        ),
+        None => eprintln!(
+            "{on}sandbox-run:{off} preparing the Python sandbox (no cache directory: this happens every run)"
+        ),
+    }
+}
+
+/// After the live output: the result value, or what stopped the code.
+fn print_plain(result: &RunResult) {
+    let mut out = io::stdout().lock();
+    let _ = out.flush();
+    if !result.stdout.is_empty() && !result.stdout.ends_with('\n') && result.result().is_some() {
+        let _ = writeln!(out);
+    }
+    if let Some(value) = result.result() {
+        let _ = writeln!(out, "{value}");
+    }
+    let _ = out.flush();
+    if let Some(error) = result.error() {
+        eprint!("{}", error.traceback);
+        if !error.traceback.ends_with('\n') {
+            eprintln!();
+        }
+    }
+    match &result.outcome {
+        Outcome::LimitReached { limit, .. } => eprintln!(
+            "sandbox-run: limit reached ({}): {}",
+            limit.as_str(),
+            limit.explain()
+        ),
+        Outcome::Trapped { message } => {
+            eprintln!("sandbox-run: the interpreter trapped: {message}")
+        }
+        _ => {}
+    }
+}
+
+pub fn exit_status(result: &RunResult) -> u8 {
+    match result.outcome {
+        Outcome::Completed { .. } => EXIT_OK,
+        Outcome::Raised(_) => EXIT_EXCEPTION,
+        Outcome::LimitReached { .. } => EXIT_LIMIT,
+        Outcome::Trapped { .. } => EXIT_INTERNAL,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_map_onto_limits() {
+        let args = Args::try_parse_from([
+            "sandbox-run",
+            "--timeout",
+            "1.5",
+            "--memory",
+            "64",
+            "--fuel",
+            "7",
+            "--max-output",
+            "99",
+            "--allow",
+            "json,os.path",
+            "--allow",
+            "heapq",
+            "-c",
+            "1",
+        ])
+        .unwrap();
+        let limits = args.limits();
+        assert_eq!(limits.timeout, Duration::from_millis(1500));
+        assert_eq!(limits.memory_bytes, 64 << 20);
+        assert_eq!(limits.fuel, 7);
+        assert_eq!(limits.max_output_bytes, 99);
+        assert_eq!(args.allow, ["json", "os.path", "heapq"]);
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors() {
+        for bad in [
+            &["--timeout", "0"][..],
+            &["--timeout", "nan"],
+            &["--memory", "0"],
+            &["--memory", "5000"],
+            &["--fuel", "0"],
+            &["--allow", "os;rm"],
+            &["--max-output", "-1"],
+        ] {
+            let argv = ["sandbox-run"]
+                .into_iter()
+                .chain(bad.iter().copied())
+                .chain(["-c", "1"]);
+            assert!(Args::try_parse_from(argv).is_err(), "{bad:?} was accepted");
+        }
+        assert!(
+            Args::try_parse_from(["sandbox-run"]).is_err(),
+            "no code was accepted"
+        );
+        assert!(
+            Args::try_parse_from(["sandbox-run", "-c", "1", "file.py"]).is_err(),
+            "FILE and -c together"
+        );
+    }
+}

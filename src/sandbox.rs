@@ -1,0 +1,383 @@
+//! One sandboxed run: the store and its limits, the host side of the guest protocol, and the
+//! classification of how the run ended.
+//!
+//! The guest gets WASI preview 1 with nothing behind it: no preopened directories, no environment,
+//! no arguments, stdin at EOF, stdout and stderr captured by [`crate::output`]. The host functions
+//! of `safe-python-protocol` are the only other way out, and each bounds what it reads.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use safe_python_protocol::{self as protocol, Report, Request};
+use wasmtime::{
+    Caller, Engine, Extern, InstancePre, Linker, Memory, Module, ResourceLimiter, Store, Trap,
+};
+use wasmtime_wasi::p1::{self, WasiP1Ctx};
+use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
+
+use crate::cache::{self, CacheError, Prepared};
+use crate::limits::{ImportPolicy, Limits};
+use crate::outcome::{Limit, Outcome, PythonError, RunResult, Stats};
+use crate::output::{OutputLimitReached, OutputObserver, OutputSink, Stream};
+use crate::{engine, guest};
+
+/// Faults of the host or of the guest artifact: never caused by the code being run.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot start the wasm engine: {0:#}")]
+    Engine(wasmtime::Error),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error("the guest module does not fit this host: {0}")]
+    IncompatibleGuest(String),
+    #[error("cannot link the guest: {0:#}")]
+    Link(wasmtime::Error),
+    #[error("cannot set up a run: {0:#}")]
+    Setup(wasmtime::Error),
+}
+
+/// Called before the guest is compiled (it takes tens of seconds), with the cache entry's path.
+pub type CompileNotice = Box<dyn FnMut(Option<&Path>) + Send>;
+
+/// Where to keep the compiled guest and what to say while compiling it.
+#[derive(Default)]
+pub struct SandboxOptions {
+    /// Cache directory for the compiled guest; `None` means [`cache::default_dir`].
+    pub cache_dir: Option<PathBuf>,
+    /// Do not cache at all: compile in memory.
+    pub no_cache: bool,
+    pub on_compile: Option<CompileNotice>,
+}
+
+/// What one run may do and who hears its output.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    pub limits: Limits,
+    pub policy: Arc<ImportPolicy>,
+    pub observer: Option<OutputObserver>,
+}
+
+/// The compiled guest, ready to be instantiated any number of times, from any number of threads.
+#[derive(Clone)]
+pub struct Sandbox {
+    engine: Engine,
+    pre: InstancePre<HostState>,
+    prepared: Prepared,
+}
+
+impl Sandbox {
+    /// Loads the embedded guest (from the compiled-module cache when it can).
+    pub fn new(mut options: SandboxOptions) -> Result<Sandbox, SandboxError> {
+        let engine = engine::new().map_err(SandboxError::Engine)?;
+        let dir = if options.no_cache {
+            None
+        } else {
+            options.cache_dir.take().or_else(cache::default_dir)
+        };
+        let mut on_compile = options.on_compile.take();
+        let (module, prepared) = cache::load_or_compile(
+            &engine,
+            guest::WASM,
+            guest::SHA256,
+            dir.as_deref(),
+            &mut |p| {
+                if let Some(f) = on_compile.as_mut() {
+                    f(p)
+                }
+            },
+        )?;
+        check_abi(&module)?;
+        let mut linker = Linker::new(&engine);
+        p1::add_to_linker_async(&mut linker, |s: &mut HostState| &mut s.wasi)
+            .map_err(SandboxError::Link)?;
+        add_protocol_to_linker(&mut linker).map_err(SandboxError::Link)?;
+        let pre = linker
+            .instantiate_pre(&module)
+            .map_err(SandboxError::Link)?;
+        Ok(Sandbox {
+            engine,
+            pre,
+            prepared,
+        })
+    }
+
+    /// How the compiled guest was obtained.
+    pub fn prepared(&self) -> &Prepared {
+        &self.prepared
+    }
+
+    /// Runs `code` in a fresh instance. Limits and Python errors are outcomes, not `Err`s.
+    ///
+    /// Dropping the returned future cancels the run at the guest's next epoch tick at the latest.
+    pub async fn run(&self, code: &str, options: &RunOptions) -> Result<RunResult, SandboxError> {
+        let limits = &options.limits;
+        let request = serde_json::to_vec(&Request {
+            code: code.to_owned(),
+            allowed: options.policy.allowed().to_vec(),
+            max_result_chars: u32::try_from(limits.max_output_bytes).unwrap_or(u32::MAX),
+        })
+        .expect("a request always serialises");
+        let sink = OutputSink::new(limits.max_output_bytes, options.observer.clone());
+        let wasi = WasiCtxBuilder::new()
+            .stdout(sink.stream(Stream::Stdout))
+            .stderr(sink.stream(Stream::Stderr))
+            .build_p1();
+        let state = HostState {
+            wasi,
+            limiter: MemoryLimiter {
+                max: limits.memory_bytes,
+                peak: 0,
+                denied: false,
+            },
+            request,
+            policy: options.policy.clone(),
+            report: None,
+            protocol_fault: None,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_fuel(limits.fuel).map_err(SandboxError::Setup)?;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
+
+        let started = Instant::now();
+        let ended = tokio::time::timeout(limits.timeout, async {
+            let instance = self.pre.instantiate_async(&mut store).await?;
+            // A plain (not pre-initialised) guest still needs its reactor initialisation.
+            if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
+                init.call_async(&mut store, ()).await?;
+            }
+            let run = instance.get_typed_func::<(), ()>(&mut store, protocol::exports::RUN)?;
+            run.call_async(&mut store, ()).await
+        })
+        .await;
+        let wall = started.elapsed();
+
+        let fuel_left = store.get_fuel().unwrap_or(0);
+        let state = store.into_data();
+        let outcome = match ended {
+            Err(_elapsed) => Outcome::LimitReached {
+                limit: Limit::Timeout,
+                error: None,
+            },
+            Ok(Err(err)) => classify_trap(&err, &state),
+            Ok(Ok(())) => state.read_report(),
+        };
+        let (stdout, stderr) = sink.take();
+        Ok(RunResult {
+            outcome,
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            stats: Stats {
+                fuel: limits.fuel.saturating_sub(fuel_left),
+                wall_ms: wall.as_millis().try_into().unwrap_or(u64::MAX),
+                memory_peak_bytes: state.limiter.peak as u64,
+            },
+        })
+    }
+}
+
+/// Refuses a guest built for another protocol version with a message saying so, rather than a
+/// wasmtime "unknown import" error.
+fn check_abi(module: &Module) -> Result<(), SandboxError> {
+    for import in module.imports() {
+        let m = import.module();
+        if m != "wasi_snapshot_preview1" && m != protocol::IMPORT_MODULE {
+            return Err(SandboxError::IncompatibleGuest(format!(
+                "it imports `{m}::{}`, but this host speaks protocol `{}` (rebuild the guest: scripts/guest.sh build)",
+                import.name(),
+                protocol::IMPORT_MODULE
+            )));
+        }
+    }
+    if module.get_export(protocol::exports::RUN).is_none() {
+        return Err(SandboxError::IncompatibleGuest(format!(
+            "it does not export `{}`",
+            protocol::exports::RUN
+        )));
+    }
+    Ok(())
+}
+
+struct HostState {
+    wasi: WasiP1Ctx,
+    limiter: MemoryLimiter,
+    request: Vec<u8>,
+    policy: Arc<ImportPolicy>,
+    report: Option<Vec<u8>>,
+    /// Set when the guest broke the protocol; the run then ends as [`Outcome::Trapped`].
+    protocol_fault: Option<String>,
+}
+
+impl HostState {
+    fn read_report(&self) -> Outcome {
+        if let Some(fault) = &self.protocol_fault {
+            return trapped(fault);
+        }
+        let Some(bytes) = &self.report else {
+            return trapped("the guest returned without reporting");
+        };
+        match serde_json::from_slice::<Report>(bytes) {
+            // Whether the allocator was refused growth or Python refused an impossible size up
+            // front (`[0] * 10**9`), a MemoryError in the sandbox means the memory limit.
+            Ok(Report {
+                error: Some(error), ..
+            }) if error.kind == "MemoryError" => Outcome::LimitReached {
+                limit: Limit::Memory,
+                error: Some(error),
+            },
+            Ok(Report {
+                error: Some(error), ..
+            }) => Outcome::Raised(error),
+            Ok(Report {
+                result,
+                error: None,
+            }) => Outcome::Completed { result },
+            Err(e) => trapped(&format!("the guest sent a malformed report: {e}")),
+        }
+    }
+}
+
+fn trapped(message: &str) -> Outcome {
+    Outcome::Trapped {
+        message: message.to_owned(),
+    }
+}
+
+fn classify_trap(err: &wasmtime::Error, state: &HostState) -> Outcome {
+    let limit = |limit| Outcome::LimitReached { limit, error: None };
+    if err.downcast_ref::<OutputLimitReached>().is_some() {
+        return limit(Limit::Output);
+    }
+    if let Some(exit) = err.downcast_ref::<I32Exit>() {
+        return Outcome::Raised(PythonError {
+            kind: "SystemExit".into(),
+            message: exit.0.to_string(),
+            traceback: format!("the process exited with status {}\n", exit.0),
+        });
+    }
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::OutOfFuel) => limit(Limit::Fuel),
+        Some(Trap::StackOverflow) => limit(Limit::Stack),
+        Some(Trap::Interrupt) => limit(Limit::Timeout),
+        // The guest's allocator aborts (an `unreachable`) when memory cannot grow; instantiation
+        // fails outright when even the initial memory is over the cap.
+        _ if state.limiter.denied => limit(Limit::Memory),
+        _ => trapped(&format!("{err:#}")),
+    }
+}
+
+/// Caps linear memory and records its peak. Unlike `StoreLimits` it remembers whether growth was
+/// refused, which is how an allocator abort is told apart from any other `unreachable`.
+struct MemoryLimiter {
+    max: usize,
+    peak: usize,
+    denied: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max {
+            self.denied = true;
+            return Ok(false);
+        }
+        self.peak = self.peak.max(desired);
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        // The guest's one function table never grows at run time; a million entries is generous.
+        Ok(desired <= 1 << 20)
+    }
+
+    fn instances(&self) -> usize {
+        1
+    }
+
+    fn tables(&self) -> usize {
+        1
+    }
+
+    fn memories(&self) -> usize {
+        1
+    }
+}
+
+fn memory(caller: &mut Caller<'_, HostState>) -> wasmtime::Result<Memory> {
+    match caller.get_export("memory") {
+        Some(Extern::Memory(m)) => Ok(m),
+        _ => wasmtime::bail!("the guest exports no memory"),
+    }
+}
+
+/// Copies `len` bytes at `ptr` out of the guest, refusing lengths over `max`.
+fn read_guest(
+    caller: &mut Caller<'_, HostState>,
+    ptr: i32,
+    len: i32,
+    max: u32,
+) -> wasmtime::Result<Vec<u8>> {
+    let len = u32::try_from(len)
+        .ok()
+        .filter(|l| *l <= max)
+        .ok_or_else(|| {
+            wasmtime::format_err!("the guest asked the host to read {len} bytes (at most {max})")
+        })?;
+    let mut buf = vec![0; len as usize];
+    memory(caller)?.read(&*caller, ptr as u32 as usize, &mut buf)?;
+    Ok(buf)
+}
+
+fn add_protocol_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    use protocol::{IMPORT_MODULE as M, imports};
+    linker.func_wrap(
+        M,
+        imports::REQUEST_LEN,
+        |caller: Caller<'_, HostState>| -> i32 { caller.data().request.len() as i32 },
+    )?;
+    linker.func_wrap(
+        M,
+        imports::REQUEST_READ,
+        |mut caller: Caller<'_, HostState>, ptr: i32| {
+            let request = std::mem::take(&mut caller.data_mut().request);
+            memory(&mut caller)?.write(&mut caller, ptr as u32 as usize, &request)?;
+            caller.data_mut().request = request;
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        M,
+        imports::IMPORT_ALLOWED,
+        |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
+            let name = read_guest(&mut caller, ptr, len, protocol::MAX_MODULE_NAME_BYTES)?;
+            let allowed = std::str::from_utf8(&name).is_ok_and(|n| caller.data().policy.allows(n));
+            Ok(i32::from(allowed))
+        },
+    )?;
+    linker.func_wrap(
+        M,
+        imports::REPORT,
+        |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
+            match read_guest(&mut caller, ptr, len, protocol::MAX_REPORT_BYTES) {
+                Ok(bytes) if caller.data().report.is_none() => {
+                    caller.data_mut().report = Some(bytes)
+                }
+                Ok(_) => caller.data_mut().protocol_fault = Some("the guest reported twice".into()),
+                Err(e) => caller.data_mut().protocol_fault = Some(format!("{e:#}")),
+            }
+            Ok(())
+        },
+    )?;
+    Ok(())
+}

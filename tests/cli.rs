@@ -1,0 +1,240 @@
+//! `sandbox-run` as users run it: the real binary, its flags, output and exit codes.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn sandbox_run(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandbox-run"))
+        .args(args)
+        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sandbox-run starts");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+fn assert_status(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        stdout(o),
+        stderr(o)
+    );
+}
+
+#[test]
+fn runs_code_from_the_command_line() {
+    let o = sandbox_run(&["-c", "print(2**100)"], None);
+    assert_status(&o, 0);
+    assert_eq!(stdout(&o), "1267650600228229401496703205376\n");
+}
+
+#[test]
+fn prints_the_result_value_after_the_output() {
+    let o = sandbox_run(&["-c", "print('sum:')\nsum(range(10))"], None);
+    assert_status(&o, 0);
+    assert_eq!(stdout(&o), "sum:\n45\n");
+}
+
+#[test]
+fn runs_a_file_and_stdin() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-file");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("script.py");
+    std::fs::write(&file, "import math\nprint(math.factorial(5))\n").unwrap();
+    let o = sandbox_run(&[file.to_str().unwrap()], None);
+    assert_status(&o, 0);
+    assert_eq!(stdout(&o), "120\n");
+
+    let o = sandbox_run(&["-"], Some("print('from stdin')"));
+    assert_status(&o, 0);
+    assert_eq!(stdout(&o), "from stdin\n");
+}
+
+#[test]
+fn exceptions_exit_1_with_the_traceback_on_stderr() {
+    let o = sandbox_run(&["-c", "print('partial')\n{}['missing']"], None);
+    assert_status(&o, 1);
+    assert_eq!(stdout(&o), "partial\n");
+    assert!(stderr(&o).contains("KeyError: 'missing'"), "{}", stderr(&o));
+    assert_status(&sandbox_run(&["-c", "raise SystemExit(0)"], None), 1);
+}
+
+#[test]
+fn limits_exit_3_and_say_which() {
+    let o = sandbox_run(
+        &[
+            "--timeout",
+            "0.5",
+            "--fuel",
+            "1000000000000",
+            "-c",
+            "while True: pass",
+        ],
+        None,
+    );
+    assert_status(&o, 3);
+    assert!(
+        stderr(&o).contains("limit reached (timeout)"),
+        "{}",
+        stderr(&o)
+    );
+    let o = sandbox_run(&["--fuel", "100000000", "-c", "while True: pass"], None);
+    assert_status(&o, 3);
+    assert!(
+        stderr(&o).contains("limit reached (fuel)"),
+        "{}",
+        stderr(&o)
+    );
+    let o = sandbox_run(&["--max-output", "100", "-c", "print('y' * 1000)"], None);
+    assert_status(&o, 3);
+    assert!(stdout(&o).contains("[output truncated"), "{}", stdout(&o));
+    let o = sandbox_run(
+        &[
+            "--memory",
+            "32",
+            "-c",
+            "x = []\nwhile True: x.append(' ' * 10000)",
+        ],
+        None,
+    );
+    assert_status(&o, 3);
+    assert!(
+        stderr(&o).contains("limit reached (memory)"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &[][..],
+        &["--timeout", "-1", "-c", "1"],
+        &["--memory", "0", "-c", "1"],
+        &["--allow", "not a module", "-c", "1"],
+        &["--no-such-flag"],
+        &["/no/such/file.py"],
+        &["-c", "1", "file.py"],
+    ] {
+        let o = sandbox_run(args, None);
+        assert_status(&o, 2);
+        assert!(stderr(&o).len() > 10, "{args:?} gave no explanation");
+    }
+    let o = sandbox_run(&["/no/such/file.py"], None);
+    assert!(
+        stderr(&o).starts_with("sandbox-run: cannot read /no/such/file.py"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn allow_adds_modules() {
+    let o = sandbox_run(
+        &[
+            "--allow",
+            "json,heapq",
+            "-c",
+            "import json, heapq\nprint(json.dumps([heapq.nsmallest(1, [3, 1])]))",
+        ],
+        None,
+    );
+    assert_status(&o, 0);
+    assert_eq!(stdout(&o), "[[1]]\n");
+    let o = sandbox_run(&["-c", "import json"], None);
+    assert_status(&o, 1);
+    assert!(
+        stderr(&o).contains("import of 'json' is not allowed in this sandbox"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn json_mode_prints_one_object() {
+    let o = sandbox_run(&["--json", "-c", "print('out')\nx = 6 * 7"], None);
+    assert_status(&o, 0);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(v["stdout"], "out\n");
+    assert_eq!(v["stderr"], "");
+    assert_eq!(v["result"], "42");
+    assert_eq!(v["error"], serde_json::Value::Null);
+    assert_eq!(v["limit"], serde_json::Value::Null);
+    assert!(v["stats"]["fuel"].as_u64().unwrap() > 0);
+    assert!(v["stats"]["memory_peak_bytes"].as_u64().unwrap() > 1 << 20);
+    assert!(v["stats"]["wall_ms"].is_u64());
+
+    let o = sandbox_run(
+        &[
+            "--json",
+            "--timeout",
+            "0.3",
+            "-c",
+            "import time\ntime.sleep(60)",
+        ],
+        None,
+    );
+    assert_status(&o, 3);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["limit"], "timeout");
+
+    let o = sandbox_run(&["--json", "-c", "1/0"], None);
+    assert_status(&o, 1);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["error"]["type"], "ZeroDivisionError");
+    assert_eq!(v["error"]["message"], "division by zero");
+    assert!(
+        v["error"]["traceback"]
+            .as_str()
+            .unwrap()
+            .contains("Traceback")
+    );
+}
+
+#[test]
+fn help_documents_exit_codes_and_defaults() {
+    let o = sandbox_run(&["--help"], None);
+    assert_status(&o, 0);
+    let help = stdout(&o);
+    for needle in [
+        "Exit status:",
+        "3  a limit stopped the code",
+        "[default: 10]",
+        "[default: 256]",
+        "--allow",
+        "--json",
+        "SAFE_PYTHON_CACHE_DIR",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+    }
+    let o = sandbox_run(&["--version"], None);
+    assert_status(&o, 0);
+    assert!(stdout(&o).starts_with("sandbox-run "));
+}

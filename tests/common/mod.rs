@@ -1,0 +1,85 @@
+//! Shared by the integration tests: one sandbox per test binary, its compiled guest cached under
+//! `target/` so that the whole suite compiles the guest once.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use safe_python_executor::{ImportPolicy, Limits, RunOptions, RunResult, Sandbox, SandboxOptions};
+
+/// The compiled-module cache every test (and every binary they spawn) shares.
+pub fn cache_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("module-cache")
+}
+
+pub fn sandbox() -> &'static Sandbox {
+    static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
+    SANDBOX.get_or_init(|| {
+        Sandbox::new(SandboxOptions {
+            cache_dir: Some(cache_dir()),
+            ..SandboxOptions::default()
+        })
+        .expect("the sandbox starts")
+    })
+}
+
+pub fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_time()
+            .build()
+            .unwrap()
+    })
+}
+
+pub fn run_with(code: &str, options: &RunOptions) -> RunResult {
+    runtime()
+        .block_on(sandbox().run(code, options))
+        .expect("no host fault")
+}
+
+pub fn run(code: &str) -> RunResult {
+    run_with(code, &RunOptions::default())
+}
+
+pub fn run_limited(code: &str, limits: Limits) -> RunResult {
+    run_with(
+        code,
+        &RunOptions {
+            limits,
+            ..RunOptions::default()
+        },
+    )
+}
+
+pub fn run_allowing(code: &str, extra: &[&str]) -> RunResult {
+    run_with(
+        code,
+        &RunOptions {
+            policy: Arc::new(ImportPolicy::with_extra(extra)),
+            ..RunOptions::default()
+        },
+    )
+}
+
+/// Limits small enough for a hostile snippet to hit quickly.
+pub fn tight() -> Limits {
+    Limits {
+        timeout: Duration::from_secs(5),
+        fuel: 5_000_000_000,
+        memory_bytes: 64 << 20,
+        max_output_bytes: 64 << 10,
+    }
+}
+
+/// The result value of code that must complete.
+#[track_caller]
+pub fn value(code: &str) -> Option<String> {
+    let r = run(code);
+    assert!(!r.is_failure(), "{code:?} did not complete: {r:#?}");
+    r.result().map(str::to_owned)
+}

@@ -1,0 +1,313 @@
+//! Python semantics inside the sandbox: result values, errors, imports, files, Unicode.
+
+mod common;
+
+use common::{run, run_allowing, value};
+use safe_python_executor::Outcome;
+
+#[test]
+fn the_last_expression_is_the_result() {
+    assert_eq!(value("1 + 1").as_deref(), Some("2"));
+    assert_eq!(value("x = [1, 2]\nx + [3]").as_deref(), Some("[1, 2, 3]"));
+    assert_eq!(value("'a' * 3").as_deref(), Some("'aaa'"));
+    assert_eq!(
+        value("2**100").as_deref(),
+        Some("1267650600228229401496703205376")
+    );
+}
+
+#[test]
+fn a_final_assignment_gives_the_assigned_value() {
+    assert_eq!(value("result = 2 + 3").as_deref(), Some("5"));
+    assert_eq!(value("a, b = 1, 'x'").as_deref(), Some("(1, 'x')"));
+    assert_eq!(value("x = 1\nx += 41").as_deref(), Some("42"));
+    assert_eq!(value("y: int = 7").as_deref(), Some("7"));
+    assert_eq!(value("a = b = 9").as_deref(), Some("9"));
+}
+
+#[test]
+fn statements_and_none_give_no_result() {
+    assert_eq!(value("print('hi')"), None);
+    assert_eq!(value("None"), None);
+    assert_eq!(value("def f():\n    return 1"), None);
+    assert_eq!(value(""), None);
+    assert_eq!(value("for i in range(3):\n    pass"), None);
+    // An attribute target is not evaluated again: that could run user code twice.
+    assert_eq!(value("class C: pass\nc = C()\nc.x = 5"), None);
+}
+
+#[test]
+fn output_is_captured_in_order() {
+    let r = run_allowing(
+        "import sys\nprint('a')\nsys.stderr.write('b\\n')\nprint('c', end='')",
+        &["sys"],
+    );
+    assert_eq!(r.stdout, "a\nc");
+    assert_eq!(r.stderr, "b\n");
+}
+
+#[test]
+fn output_before_an_exception_is_kept() {
+    let r = run("print('before')\n1/0");
+    assert_eq!(r.stdout, "before\n");
+    let Outcome::Raised(e) = &r.outcome else {
+        panic!("{r:?}")
+    };
+    assert_eq!(e.kind, "ZeroDivisionError");
+    assert_eq!(e.message, "division by zero");
+    assert!(e.traceback.contains("line 2"), "{}", e.traceback);
+    assert!(
+        e.traceback.contains("1/0"),
+        "the source line is shown: {}",
+        e.traceback
+    );
+    assert!(
+        !e.traceback.contains("<sandbox>"),
+        "driver frames are hidden: {}",
+        e.traceback
+    );
+}
+
+#[test]
+fn syntax_errors_are_reported_as_exceptions() {
+    let r = run("def f(:\n  pass");
+    let Outcome::Raised(e) = &r.outcome else {
+        panic!("{r:?}")
+    };
+    assert_eq!(e.kind, "SyntaxError");
+}
+
+#[test]
+fn system_exit_and_keyboard_interrupt_end_the_run_with_a_report() {
+    for (code, kind) in [
+        ("raise SystemExit", "SystemExit"),
+        ("print('x')\nraise SystemExit(3)", "SystemExit"),
+        ("raise KeyboardInterrupt", "KeyboardInterrupt"),
+        ("class E(BaseException): pass\nraise E('custom')", "E"),
+    ] {
+        let r = run(code);
+        match &r.outcome {
+            Outcome::Raised(e) => assert_eq!(e.kind, kind, "{code}"),
+            other => panic!("{code}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        run_allowing("import sys\nsys.exit(3)", &["sys"])
+            .error()
+            .unwrap()
+            .message,
+        "3"
+    );
+}
+
+#[test]
+fn exceptions_with_a_broken_str_are_still_reported() {
+    let r = run("class E(Exception):\n    def __str__(self):\n        raise ValueError\nraise E()");
+    assert_eq!(r.error().unwrap().kind, "E");
+}
+
+#[test]
+fn a_raising_repr_is_an_error_not_a_crash() {
+    let r = run("class R:\n    def __repr__(self):\n        raise RuntimeError('no repr')\nR()");
+    assert_eq!(r.error().unwrap().kind, "RuntimeError");
+}
+
+#[test]
+fn default_recursion_limit_gives_a_collapsed_recursion_error() {
+    let r = run("def f(n):\n    return f(n + 1)\nf(0)");
+    let e = r.error().unwrap_or_else(|| panic!("{r:?}"));
+    assert_eq!(e.kind, "RecursionError");
+    assert!(
+        e.traceback.contains("[Previous line repeated"),
+        "{}",
+        e.traceback
+    );
+    assert!(
+        e.traceback.len() < 4000,
+        "traceback of {} bytes",
+        e.traceback.len()
+    );
+}
+
+#[test]
+fn every_default_module_imports_and_works() {
+    let cases = [
+        (
+            "collections",
+            "import collections\ncollections.Counter('abca')['a']",
+            "2",
+        ),
+        (
+            "datetime",
+            "import datetime\ndatetime.date(2024, 1, 31) + datetime.timedelta(days=1)",
+            "datetime.date(2024, 2, 1)",
+        ),
+        (
+            "itertools",
+            "import itertools\nlist(itertools.permutations([1, 2]))",
+            "[(1, 2), (2, 1)]",
+        ),
+        ("math", "import math\nmath.factorial(10)", "3628800"),
+        (
+            "queue",
+            "import queue\nq = queue.Queue()\nq.put(4)\nq.get()",
+            "4",
+        ),
+        (
+            "random",
+            "import random\nrandom.seed(7)\nr = random.Random(1)\n0 <= random.random() < 1 and len(str(r.random())) > 3",
+            "True",
+        ),
+        (
+            "re",
+            "import re\nre.findall(r'\\d+', 'a1b22c333')",
+            "['1', '22', '333']",
+        ),
+        ("stat", "import stat\nstat.S_ISDIR(stat.S_IFDIR)", "True"),
+        (
+            "statistics",
+            "import statistics\nstatistics.median([3, 1, 2])",
+            "2",
+        ),
+        ("time", "import time\ntime.time() > 1.7e9", "True"),
+        (
+            "unicodedata",
+            "import unicodedata\nunicodedata.name('é')",
+            "'LATIN SMALL LETTER E WITH ACUTE'",
+        ),
+    ];
+    for (module, code, expected) in cases {
+        assert_eq!(value(code).as_deref(), Some(expected), "module {module}");
+    }
+    assert_eq!(
+        value("from collections import abc\nimport collections.abc\nabc is collections.abc")
+            .as_deref(),
+        Some("True")
+    );
+}
+
+#[test]
+fn refused_imports_name_the_module_and_the_allowlist() {
+    for code in [
+        "import os",
+        "import subprocess",
+        "from os import path",
+        "import importlib",
+        "__import__('os')",
+        "exec('import os', {})",
+        "exec('import socket')",
+        "import os.path",
+    ] {
+        let r = run(code);
+        let e = r
+            .error()
+            .unwrap_or_else(|| panic!("{code} was allowed: {r:?}"));
+        assert_eq!(e.kind, "ImportError", "{code}");
+        assert!(
+            e.message.starts_with("import of '"),
+            "{code}: {}",
+            e.message
+        );
+        assert!(e.message.contains("is not allowed in this sandbox (allowed: collections, datetime, itertools, math, queue, random, re, stat, statistics, time, unicodedata)"), "{code}: {}", e.message);
+    }
+    assert_eq!(
+        run("import os")
+            .error()
+            .unwrap()
+            .message
+            .split(" is ")
+            .next(),
+        Some("import of 'os'")
+    );
+}
+
+#[test]
+fn relative_imports_are_refused() {
+    let r = run("__package__ = 'collections'\nfrom . import abc");
+    assert_eq!(r.error().unwrap().kind, "ImportError");
+}
+
+#[test]
+fn extra_modules_can_be_allowed() {
+    let r = run_allowing("import json\njson.dumps({'a': [1, 2]})", &["json"]);
+    assert_eq!(r.result(), Some("'{\"a\": [1, 2]}'"), "{r:?}");
+    assert_eq!(run("import json").error().unwrap().kind, "ImportError");
+}
+
+#[test]
+fn the_standard_librarys_own_imports_are_not_policed() {
+    // statistics and random import modules (math, os, fractions...) that user code may not.
+    assert_eq!(
+        value("import statistics\nstatistics.fmean([1, 2, 4])").as_deref(),
+        Some("2.3333333333333335")
+    );
+    assert_eq!(
+        value("import random\nrandom.seed(1)\nrandom.randint(1, 10) in range(1, 11)").as_deref(),
+        Some("True")
+    );
+}
+
+#[test]
+fn file_access_is_refused_with_a_clear_error() {
+    for code in [
+        "open('/etc/passwd').read()",
+        "open('notes.txt', 'w')",
+        "open('.')",
+    ] {
+        let r = run(code);
+        let e = r.error().unwrap_or_else(|| panic!("{code}: {r:?}"));
+        assert_eq!(e.kind, "PermissionError", "{code}");
+        assert!(
+            e.message
+                .contains("file access is not available in this sandbox"),
+            "{code}: {}",
+            e.message
+        );
+    }
+}
+
+#[test]
+fn unicode_round_trips() {
+    let r = run("s = 'héllo ☃ 😀 \\u0000 日本'\nprint(s)\ns");
+    assert_eq!(r.stdout, "héllo ☃ 😀 \u{0} 日本\n");
+    assert_eq!(r.result(), Some("'héllo ☃ 😀 \\x00 日本'"));
+    // A lone surrogate cannot be UTF-8; RustPython's parser turns the escape into U+FFFD. Either
+    // way the run completes and the output is valid.
+    let r = run("s = '\\ud800'\nprint(s)\ns");
+    assert!(!r.is_failure(), "{r:?}");
+    assert_eq!(r.result(), Some("'\u{fffd}'"));
+}
+
+#[test]
+fn random_is_reseeded_on_every_run() {
+    let a = value("import random\nrandom.random()");
+    let b = value("import random\nrandom.random()");
+    assert_ne!(
+        a, b,
+        "two runs drew the same number: the snapshot's seed leaked"
+    );
+}
+
+#[test]
+fn runs_do_not_share_state() {
+    assert_eq!(value("x = 41\nx").as_deref(), Some("41"));
+    assert_eq!(run("x").error().unwrap().kind, "NameError");
+    assert_eq!(
+        value("import math\nmath.pi = 3\nmath.pi").as_deref(),
+        Some("3")
+    );
+    assert_eq!(
+        value("import math\nmath.pi").as_deref(),
+        Some("3.141592653589793")
+    );
+}
+
+#[test]
+fn the_environment_is_empty() {
+    let r = run_allowing("import os\nlen(os.environ), os.getcwd()", &["os"]);
+    assert_eq!(
+        r.result().map(|s| s.starts_with("(0, ")),
+        Some(true),
+        "{r:?}"
+    );
+}
