@@ -1,19 +1,17 @@
 //! `sandbox-run`: runs a Python file, `-c` code or stdin in the sandbox.
 //!
-//! The flags map one to one onto [`Limits`] and [`ImportPolicy`]; the exit code says how the run
+//! The flags ([`SandboxFlags`]) map one to one onto the limits and import policy; the exit code says how the run
 //! ended, so scripts can tell a Python error from a limit without parsing output.
 
 use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
 
-use crate::cache::CACHE_DIR_ENV;
-use crate::limits::{ImportPolicy, Limits, validate_module_name};
+use crate::flags::SandboxFlags;
 use crate::outcome::{Outcome, RunResult};
 use crate::output::Stream;
 use crate::sandbox::{RunOptions, Sandbox, SandboxOptions};
@@ -47,7 +45,7 @@ Examples:
 
 /// Run Python code in a WebAssembly sandbox with hard limits.
 #[derive(Debug, Parser)]
-#[command(name = "sandbox-run", version, about, after_help = AFTER_HELP)]
+#[command(name = "sandbox-run", version, after_help = AFTER_HELP)]
 pub struct Args {
     /// Python file to run; `-` reads the code from stdin.
     #[arg(
@@ -61,65 +59,15 @@ pub struct Args {
     #[arg(short = 'c', long = "code", value_name = "CODE")]
     pub code: Option<String>,
 
-    /// Also allow importing these modules (comma-separated, repeatable), on top of: collections,
-    /// datetime, itertools, math, queue, random, re, stat, statistics, time, unicodedata.
-    #[arg(long, value_name = "MOD[,MOD...]", value_delimiter = ',', value_parser = parse_module)]
-    pub allow: Vec<String>,
-
-    /// Wall-clock limit in seconds, sleeping included.
-    #[arg(long, value_name = "SECS", default_value_t = Limits::DEFAULT_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
-    pub timeout: f64,
-
-    /// Memory limit in MiB (1 to 4096).
-    #[arg(long, value_name = "MIB", default_value_t = (Limits::DEFAULT_MEMORY_BYTES >> 20) as u64,
-          value_parser = clap::value_parser!(u64).range(1..=4096))]
-    pub memory: u64,
-
-    /// Instruction budget in fuel units (about 4 billion per second of compute).
-    #[arg(long, value_name = "N", default_value_t = Limits::DEFAULT_FUEL, value_parser = clap::value_parser!(u64).range(1..))]
-    pub fuel: u64,
-
-    /// Limit on stdout and stderr together, in bytes; past it the output is cut and the run stopped.
-    #[arg(long, value_name = "BYTES", default_value_t = Limits::DEFAULT_MAX_OUTPUT_BYTES as u64,
-          value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
-    pub max_output: u64,
+    #[command(flatten)]
+    pub sandbox: SandboxFlags,
 
     /// Print one JSON object {stdout, stderr, result, error, limit, stats} instead of streaming.
     #[arg(long)]
     pub json: bool,
-
-    /// Where the compiled sandbox is cached [default: the user cache directory].
-    #[arg(long, value_name = "DIR", env = CACHE_DIR_ENV)]
-    pub cache_dir: Option<PathBuf>,
-}
-
-fn parse_module(s: &str) -> Result<String, String> {
-    let s = s.trim();
-    validate_module_name(s)?;
-    Ok(s.to_owned())
-}
-
-fn parse_timeout(s: &str) -> Result<f64, String> {
-    let secs: f64 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 {
-        Ok(secs)
-    } else {
-        Err("the timeout must be more than 0 and at most 86400 seconds".into())
-    }
 }
 
 impl Args {
-    pub fn limits(&self) -> Limits {
-        Limits {
-            timeout: Duration::from_secs_f64(self.timeout),
-            fuel: self.fuel,
-            memory_bytes: (self.memory as usize) << 20,
-            max_output_bytes: self.max_output as usize,
-        }
-    }
-
     fn read_code(&self) -> anyhow::Result<String> {
         if let Some(code) = &self.code {
             return Ok(code.clone());
@@ -166,7 +114,7 @@ pub fn main() -> ExitCode {
 
 fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
     let sandbox = Sandbox::new(SandboxOptions {
-        cache_dir: args.cache_dir.clone(),
+        cache_dir: args.sandbox.cache_dir.clone(),
         on_compile: Some(Box::new(announce_compile)),
         ..SandboxOptions::default()
     })?;
@@ -183,8 +131,8 @@ fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
         }) as crate::OutputObserver
     });
     let options = RunOptions {
-        limits: args.limits(),
-        policy: Arc::new(ImportPolicy::with_extra(&args.allow)),
+        limits: args.sandbox.limits(),
+        policy: Arc::new(args.sandbox.policy()),
         observer,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -261,6 +209,7 @@ pub fn exit_status(result: &RunResult) -> u8 {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use std::time::Duration;
 
     #[test]
     fn the_command_line_definition_is_consistent() {
@@ -287,12 +236,12 @@ mod tests {
             "1",
         ])
         .unwrap();
-        let limits = args.limits();
+        let limits = args.sandbox.limits();
         assert_eq!(limits.timeout, Duration::from_millis(1500));
         assert_eq!(limits.memory_bytes, 64 << 20);
         assert_eq!(limits.fuel, 7);
         assert_eq!(limits.max_output_bytes, 99);
-        assert_eq!(args.allow, ["json", "os.path", "heapq"]);
+        assert_eq!(args.sandbox.allow, ["json", "os.path", "heapq"]);
     }
 
     #[test]

@@ -222,10 +222,11 @@ fn json_mode_prints_one_object() {
 fn help_documents_exit_codes_and_defaults() {
     let o = sandbox_run(&["--help"], None);
     assert_status(&o, 0);
-    let help = stdout(&o);
+    // Compare with line wrapping undone.
+    let help = stdout(&o).split_whitespace().collect::<Vec<_>>().join(" ");
     for needle in [
         "Exit status:",
-        "3  a limit stopped the code",
+        "3 a limit stopped the code",
         "[default: 10]",
         "[default: 256]",
         "--allow",
@@ -237,4 +238,27 @@ fn help_documents_exit_codes_and_defaults() {
     let o = sandbox_run(&["--version"], None);
     assert_status(&o, 0);
     assert!(stdout(&o).starts_with("sandbox-run "));
+}
+
+#[test]
+fn output_streams_while_the_code_runs() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandbox-run"))
+        .args([
+            "-c",
+            "print('first')\nimport time\ntime.sleep(3)\nprint('second')",
+        ])
+        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "first");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "'first' arrived only after the run ended"
+    );
+    assert_eq!(lines.next().unwrap().unwrap(), "second");
+    assert!(child.wait().unwrap().success());
 }
