@@ -11,6 +11,7 @@ pub mod engine;
 pub mod flags;
 mod guest;
 pub mod limits;
+pub mod mcp;
 pub mod outcome;
 pub mod output;
 pub mod sandbox;

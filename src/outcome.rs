@@ -1,12 +1,13 @@
 //! How a run ended, as a type: every ending is its own variant, classified from wasmtime's `Trap`
 //! codes and the host's own records, never from message text.
 
+use schemars::JsonSchema;
 use serde::{Serialize, Serializer};
 
 pub use safe_python_protocol::PythonError;
 
 /// The limit that stopped a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Limit {
     Timeout,
@@ -61,7 +62,7 @@ pub enum Outcome {
 }
 
 /// Resources a run used.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Stats {
     /// Fuel units burnt.
     pub fuel: u64,
@@ -109,35 +110,64 @@ impl RunResult {
     }
 }
 
-/// The documented JSON shape: `{stdout, stderr, result, error, limit, stats}`. A guest trap shows
-/// as an `error` of type `SandboxTrap`.
-impl Serialize for RunResult {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Flat<'a> {
-            stdout: &'a str,
-            stderr: &'a str,
-            result: Option<&'a str>,
-            error: Option<PythonError>,
-            limit: Option<Limit>,
-            stats: Stats,
-        }
+/// The JSON form of a [`RunResult`]: what `sandbox-run --json` prints and what the MCP tool returns
+/// as structured content. A guest trap shows as an `error` of type `SandboxTrap`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct RunReport {
+    /// Everything the code printed to stdout (cut at the output limit, with a notice).
+    pub stdout: String,
+    /// Everything the code printed to stderr.
+    pub stderr: String,
+    /// `repr()` of the last expression, or of the value a final `x = ...` assigned; null when
+    /// there is none or it is None.
+    pub result: Option<String>,
+    /// The uncaught exception, if any.
+    pub error: Option<ErrorReport>,
+    /// The limit that stopped the code, if any.
+    pub limit: Option<Limit>,
+    /// Resources used.
+    pub stats: Stats,
+}
+
+/// An exception in [`RunReport`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ErrorReport {
+    /// Exception class name, e.g. `ZeroDivisionError`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `str()` of the exception.
+    pub message: String,
+    /// The formatted traceback.
+    pub traceback: String,
+}
+
+impl RunResult {
+    pub fn report(&self) -> RunReport {
         let error = match &self.outcome {
-            Outcome::Trapped { message } => Some(PythonError {
+            Outcome::Trapped { message } => Some(ErrorReport {
                 kind: "SandboxTrap".into(),
                 message: message.clone(),
                 traceback: String::new(),
             }),
-            _ => self.error().cloned(),
+            _ => self.error().map(|e| ErrorReport {
+                kind: e.kind.clone(),
+                message: e.message.clone(),
+                traceback: e.traceback.clone(),
+            }),
         };
-        Flat {
-            stdout: &self.stdout,
-            stderr: &self.stderr,
-            result: self.result(),
+        RunReport {
+            stdout: self.stdout.clone(),
+            stderr: self.stderr.clone(),
+            result: self.result().map(str::to_owned),
             error,
             limit: self.limit(),
             stats: self.stats,
         }
-        .serialize(serializer)
+    }
+}
+
+impl Serialize for RunResult {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.report().serialize(serializer)
     }
 }

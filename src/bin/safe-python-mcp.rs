@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    safe_python_executor::mcp::main()
+}

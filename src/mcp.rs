@@ -1,0 +1,530 @@
+//! `safe-python-mcp`: an MCP server over stdio with one tool, `run_python`.
+//!
+//! stdout carries the protocol and nothing else: user code's output only ever reaches the client
+//! inside protocol messages, and logs go to stderr. The guest is compiled or loaded in the
+//! background, so `initialize` and `tools/list` are answered at once even on a first start; calls
+//! wait for it. Calls run in a bounded pool; each is stopped by its limits or by
+//! `notifications/cancelled`, whichever comes first.
+
+// MCP logging (`logging/setLevel`, `notifications/message`) is deprecated by SEP-2577, but current
+// clients still use it and we were asked to support it.
+#![allow(deprecated)]
+
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use clap::Parser;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::Instant;
+
+use crate::flags::SandboxFlags;
+use crate::outcome::{Outcome, RunReport, RunResult};
+use crate::output::Stream;
+use crate::sandbox::{RunOptions, Sandbox, SandboxOptions};
+
+/// Name of the one tool.
+pub const TOOL: &str = "run_python";
+
+/// Largest `code` argument accepted, in bytes: beyond this the call is refused before it reaches
+/// the interpreter (whose parser would spend the whole timeout on it).
+pub const MAX_CODE_BYTES: usize = 1 << 20;
+
+/// Output notifications are sent at most this often, coalescing what was printed in between.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Run Python code for an AI assistant in a WebAssembly sandbox, over MCP (stdio).
+#[derive(Debug, Parser)]
+#[command(
+    name = "safe-python-mcp",
+    version,
+    about,
+    after_help = "\
+The server speaks MCP over stdin/stdout and logs to stderr (set SAFE_PYTHON_LOG=debug for more).
+Every flag can also be set through the environment variable shown with it."
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub sandbox: SandboxFlags,
+
+    /// Calls that run at once; more wait their turn [default: the number of cores].
+    #[arg(long, value_name = "N", env = "SAFE_PYTHON_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers: Option<u16>,
+}
+
+/// The arguments of `run_python`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunPythonArgs {
+    /// The Python 3 source code to run.
+    pub code: String,
+}
+
+/// The server: shared by every request handler.
+#[derive(Clone)]
+pub struct PythonServer(Arc<Inner>);
+
+struct Inner {
+    options: RunOptions,
+    sandbox: watch::Receiver<Option<Result<Sandbox, String>>>,
+    slots: Semaphore,
+    tool: Tool,
+    /// Set by `logging/setLevel`: output then also goes out as log messages.
+    log_level: Mutex<Option<LoggingLevel>>,
+}
+
+impl PythonServer {
+    /// Starts preparing the sandbox in the background and returns at once.
+    pub fn start(flags: &SandboxFlags, workers: usize) -> Self {
+        let (ready, sandbox) = watch::channel(None);
+        let cache_dir = flags.cache_dir.clone();
+        std::thread::spawn(move || {
+            let options = SandboxOptions {
+                cache_dir,
+                on_compile: Some(Box::new(|path| match path {
+                    Some(p) => tracing::info!(
+                        "compiling the Python sandbox for first use (about 30 s); caching it at {}",
+                        p.display()
+                    ),
+                    None => tracing::info!("compiling the Python sandbox (no cache directory)"),
+                })),
+                ..SandboxOptions::default()
+            };
+            let sandbox = Sandbox::new(options).map_err(|e| format!("{e:#}"));
+            match &sandbox {
+                Ok(_) => tracing::info!("sandbox ready"),
+                Err(e) => tracing::error!("the sandbox cannot start: {e}"),
+            }
+            let _ = ready.send(Some(sandbox));
+        });
+        let options = RunOptions {
+            limits: flags.limits(),
+            policy: Arc::new(flags.policy()),
+            observer: None,
+        };
+        let tool = tool(&options);
+        PythonServer(Arc::new(Inner {
+            options,
+            sandbox,
+            slots: Semaphore::new(workers.max(1)),
+            tool,
+            log_level: Mutex::new(None),
+        }))
+    }
+
+    async fn sandbox(&self, progress: &Progress) -> Result<Sandbox, ErrorData> {
+        let mut ready = self.0.sandbox.clone();
+        if ready.borrow().is_none() {
+            progress
+                .note("preparing the Python sandbox (first start only)")
+                .await;
+        }
+        let ready = ready
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| ErrorData::internal_error("the sandbox loader stopped", None))?;
+        match ready.as_ref().expect("waited for it") {
+            Ok(sandbox) => Ok(sandbox.clone()),
+            Err(e) => Err(ErrorData::internal_error(
+                format!("the sandbox cannot start: {e}"),
+                None,
+            )),
+        }
+    }
+
+    async fn run_python(
+        &self,
+        args: RunPythonArgs,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        if args.code.len() > MAX_CODE_BYTES {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                "The code is {} bytes long; the limit is {MAX_CODE_BYTES} bytes.",
+                args.code.len()
+            ))]));
+        }
+        let log = *self
+            .0
+            .log_level
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let progress = Progress {
+            peer: context.peer.clone(),
+            token: context.meta.get_progress_token(),
+            log: log.is_some(),
+        };
+        let _slot = tokio::select! {
+            slot = self.0.slots.acquire() => slot.map_err(|_| ErrorData::internal_error("the server is shutting down", None))?,
+            () = context.ct.cancelled() => return Err(cancelled()),
+        };
+        let sandbox = self.sandbox(&progress).await?;
+
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let streaming = progress
+            .is_wanted()
+            .then(|| tokio::spawn(progress.clone().forward(receiver)));
+        let mut options = self.0.options.clone();
+        if streaming.is_some() {
+            options.observer = Some(Arc::new(move |stream: Stream, bytes: &[u8]| {
+                let _ = sender.send((stream, bytes.to_vec()));
+            }));
+        }
+        let result = tokio::select! {
+            result = sandbox.run(&args.code, &options) => result,
+            () = context.ct.cancelled() => return Err(cancelled()),
+        };
+        // The observer holds the channel's sender: dropping it lets the forwarder finish, so every
+        // output notification is sent before the result.
+        drop(options);
+        if let Some(forwarder) = streaming {
+            let _ = forwarder.await;
+        }
+        let result = result.map_err(|e| ErrorData::internal_error(format!("{e:#}"), None))?;
+        Ok(tool_result(&result))
+    }
+}
+
+fn cancelled() -> ErrorData {
+    ErrorData::internal_error("the call was cancelled", None)
+}
+
+/// The tool as clients see it. The description is written for the model that will call it: what it
+/// is for, what it may import, and what comes back.
+fn tool(options: &RunOptions) -> Tool {
+    let limits = &options.limits;
+    let description = format!(
+        "Run Python 3 code in a secure sandbox and get back what it printed and the value of its last expression.\n\
+         \n\
+         - Use it for calculations, data processing, simulations and checking code: anything computed from data in the code itself.\n\
+         - Printed output (stdout and stderr) is returned, so print what you want to see.\n\
+         - The value of the last expression, or of a final assignment such as `result = ...`, is returned as its repr.\n\
+         - Only these modules can be imported: {}. Any other import fails with ImportError.\n\
+         - There are no files, no network, no environment variables and no input(): open() fails.\n\
+         - Each call starts fresh: nothing is kept between calls, so define everything you use in the same call.\n\
+         - Limits per call: {} s of wall-clock time, {} MiB of memory, {} KiB of output. Code that hits a limit is stopped and the reply says which limit.\n\
+         - An uncaught exception comes back as a Python traceback.",
+        options.policy.allowed().join(", "),
+        limits.timeout.as_secs_f64(),
+        limits.memory_bytes >> 20,
+        limits.max_output_bytes >> 10,
+    );
+    let mut tool = Tool::new(
+        TOOL,
+        description,
+        rmcp::handler::server::common::schema_for_type::<RunPythonArgs>(),
+    );
+    tool.output_schema = Some(rmcp::handler::server::common::schema_for_output::<RunReport>());
+    tool
+}
+
+/// The reply: structured content for programs, and a text block that reads well to a model (the
+/// output first, then the result or the traceback, then a sentence if a limit was hit).
+fn tool_result(result: &RunResult) -> CallToolResult {
+    let mut text = String::new();
+    if !result.stdout.is_empty() {
+        text.push_str(&result.stdout);
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    if !result.stderr.is_empty() {
+        text.push_str("[stderr]\n");
+        text.push_str(&result.stderr);
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    match &result.outcome {
+        Outcome::Completed {
+            result: Some(value),
+        } => text.push_str(&format!("Result: {value}\n")),
+        Outcome::Completed { result: None } if text.is_empty() => {
+            text.push_str("(no output and no result)\n")
+        }
+        Outcome::Completed { result: None } => {}
+        Outcome::Raised(error)
+        | Outcome::LimitReached {
+            error: Some(error), ..
+        } => text.push_str(&error.traceback),
+        Outcome::LimitReached { error: None, .. } => {}
+        Outcome::Trapped { message } => {
+            text.push_str(&format!("The interpreter failed: {message}\n"))
+        }
+    }
+    if let Some(limit) = result.limit() {
+        text.push_str(&format!(
+            "Limit reached ({}): {}\n",
+            limit.as_str(),
+            limit.explain()
+        ));
+    }
+    let structured = serde_json::to_value(result.report()).expect("a report always serialises");
+    let mut reply = if result.is_failure() {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    };
+    reply.structured_content = Some(structured);
+    reply
+}
+
+/// Where a call's live output goes: progress notifications (when the client sent a token) and log
+/// messages (when the client set a log level).
+#[derive(Clone)]
+struct Progress {
+    peer: Peer<RoleServer>,
+    token: Option<ProgressToken>,
+    log: bool,
+}
+
+impl Progress {
+    fn is_wanted(&self) -> bool {
+        self.token.is_some() || self.log
+    }
+
+    async fn note(&self, message: &str) {
+        if let Some(token) = &self.token {
+            let _ = self
+                .peer
+                .notify_progress(
+                    ProgressNotificationParam::new(token.clone(), 0.0).with_message(message),
+                )
+                .await;
+        }
+    }
+
+    /// Sends output as it arrives: the first chunk at once, then at most one notification per
+    /// [`PROGRESS_INTERVAL`] with everything printed in between, in order. Ends when the run drops
+    /// its sender, after sending what is left.
+    async fn forward(self, mut receiver: mpsc::UnboundedReceiver<(Stream, Vec<u8>)>) {
+        let mut pending = Pending::default();
+        let mut sent_bytes = 0usize;
+        let mut next_send = Instant::now();
+        let mut open = true;
+        while open {
+            match receiver.recv().await {
+                Some((stream, bytes)) => pending.push(stream, &bytes),
+                None => break,
+            }
+            loop {
+                match tokio::time::timeout_at(next_send, receiver.recv()).await {
+                    Ok(Some((stream, bytes))) => pending.push(stream, &bytes),
+                    Ok(None) => {
+                        open = false;
+                        break;
+                    }
+                    Err(_deadline) => break,
+                }
+            }
+            for (stream, text) in pending.take() {
+                sent_bytes += text.len();
+                self.send(stream, &text, sent_bytes).await;
+            }
+            next_send = Instant::now() + PROGRESS_INTERVAL;
+        }
+        for (stream, text) in pending.take_all() {
+            sent_bytes += text.len();
+            self.send(stream, &text, sent_bytes).await;
+        }
+    }
+
+    async fn send(&self, stream: Stream, text: &str, progress: usize) {
+        let logger = match stream {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        };
+        if let Some(token) = &self.token {
+            let message = match stream {
+                Stream::Stdout => text.to_owned(),
+                Stream::Stderr => format!("[stderr] {text}"),
+            };
+            let _ = self
+                .peer
+                .notify_progress(
+                    ProgressNotificationParam::new(token.clone(), progress as f64)
+                        .with_message(message),
+                )
+                .await;
+        }
+        if self.log {
+            let mut param = LoggingMessageNotificationParam::new(
+                LoggingLevel::Info,
+                serde_json::Value::String(text.to_owned()),
+            );
+            param.logger = Some(logger.to_owned());
+            let _ = self.peer.notify_logging_message(param).await;
+        }
+    }
+}
+
+/// Output waiting to be sent, in order, as runs of one stream. A UTF-8 sequence cut between two
+/// writes waits for its end rather than being sent broken.
+#[derive(Default)]
+struct Pending {
+    runs: Vec<(Stream, Vec<u8>)>,
+}
+
+impl Pending {
+    fn push(&mut self, stream: Stream, bytes: &[u8]) {
+        match self.runs.last_mut() {
+            Some((s, buf)) if *s == stream => buf.extend_from_slice(bytes),
+            _ => self.runs.push((stream, bytes.to_vec())),
+        }
+    }
+
+    /// Everything complete: all runs, less an unfinished UTF-8 sequence at the end of the last.
+    fn take(&mut self) -> Vec<(Stream, String)> {
+        let tail = self.runs.last_mut().and_then(|(stream, buf)| {
+            let tail = buf.split_off(buf.len() - incomplete_utf8_tail(buf));
+            (!tail.is_empty()).then_some((*stream, tail))
+        });
+        let out = self
+            .take_all()
+            .into_iter()
+            .filter(|(_, text)| !text.is_empty())
+            .collect();
+        self.runs.extend(tail);
+        out
+    }
+
+    fn take_all(&mut self) -> Vec<(Stream, String)> {
+        self.runs
+            .drain(..)
+            .map(|(s, b)| (s, String::from_utf8_lossy(&b).into_owned()))
+            .collect()
+    }
+}
+
+/// How many bytes at the end of `bytes` are the start of a UTF-8 sequence that is not finished.
+fn incomplete_utf8_tail(bytes: &[u8]) -> usize {
+    match std::str::from_utf8(bytes) {
+        Err(e) if e.error_len().is_none() => bytes.len() - e.valid_up_to(),
+        _ => 0,
+    }
+}
+
+impl ServerHandler for PythonServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_logging().build())
+            .with_server_info(Implementation::new("safe-python-mcp", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Runs Python code in a WebAssembly sandbox on this machine. Call run_python to compute, \
+                 test or check anything expressible in plain Python with the standard modules it lists.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![self.0.tool.clone()]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if request.name != TOOL {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool '{}': the only tool is '{TOOL}'", request.name),
+                None,
+            ));
+        }
+        let args: RunPythonArgs = serde_json::from_value(serde_json::Value::Object(
+            request.arguments.unwrap_or_default(),
+        ))
+        .map_err(|e| {
+            ErrorData::invalid_params(format!("invalid arguments for {TOOL}: {e}"), None)
+        })?;
+        Ok(self.run_python(args, context).await?.into())
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        *self
+            .0
+            .log_level
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(request.level);
+        Ok(())
+    }
+}
+
+/// The whole program.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SAFE_PYTHON_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let workers = args
+        .workers
+        .map(usize::from)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("safe-python-mcp: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(PythonServer::start(&args.sandbox, workers))) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(server: PythonServer) -> anyhow::Result<()> {
+    let service = server.serve(rmcp::transport::stdio()).await?;
+    service.waiting().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf8_split_between_writes_is_held_back() {
+        let mut p = Pending::default();
+        let snowman = "☃".as_bytes();
+        p.push(Stream::Stdout, b"a");
+        p.push(Stream::Stdout, &snowman[..1]);
+        assert_eq!(p.take(), vec![(Stream::Stdout, "a".to_owned())]);
+        p.push(Stream::Stdout, &snowman[1..]);
+        p.push(Stream::Stderr, b"e");
+        assert_eq!(
+            p.take(),
+            vec![
+                (Stream::Stdout, "☃".to_owned()),
+                (Stream::Stderr, "e".to_owned())
+            ]
+        );
+        assert!(p.take().is_empty());
+    }
+}
