@@ -1,6 +1,9 @@
 //! `safe-python-mcp` over real stdio: the rmcp client driving the real binary, and raw JSON-RPC
 //! lines for what a well-behaved client would never send.
 
+// MCP logging is deprecated by SEP-2577; the server still supports it, and this tests it.
+#![allow(deprecated)]
+
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
@@ -9,7 +12,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientRequest, ProgressNotificationParam, Request,
+    CallToolRequestParams, CallToolResult, ClientRequest, LoggingLevel,
+    LoggingMessageNotificationParam, ProgressNotificationParam, Request, SetLevelRequestParams,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::TokioChildProcess;
@@ -18,10 +22,11 @@ use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_safe-python-mcp");
 
-/// Records progress notifications with the time they arrived.
+/// Records progress notifications with the time they arrived, and log messages.
 #[derive(Clone, Default)]
 struct Recorder {
     progress: Arc<Mutex<Vec<(Instant, ProgressNotificationParam)>>>,
+    logs: Arc<Mutex<Vec<LoggingMessageNotificationParam>>>,
 }
 
 impl ClientHandler for Recorder {
@@ -31,6 +36,14 @@ impl ClientHandler for Recorder {
         _context: NotificationContext<RoleClient>,
     ) {
         self.progress.lock().unwrap().push((Instant::now(), params));
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.logs.lock().unwrap().push(params);
     }
 }
 
@@ -188,6 +201,32 @@ async fn output_streams_as_progress_before_the_result() {
         values.windows(2).all(|w| w[0] < w[1]),
         "progress must increase: {values:?}"
     );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn output_goes_out_as_log_messages_once_a_level_is_set() {
+    let (client, recorder) = connect(&[]).await;
+    client.call_tool(call("print('unlogged')")).await.unwrap();
+    assert!(
+        recorder.logs.lock().unwrap().is_empty(),
+        "no log messages before logging/setLevel"
+    );
+    client
+        .set_level(SetLevelRequestParams::new(LoggingLevel::Info))
+        .await
+        .unwrap();
+    client
+        .call_tool(call("print('logged')\n1/0"))
+        .await
+        .unwrap();
+    let logs = recorder.logs.lock().unwrap().clone();
+    let stdout: String = logs
+        .iter()
+        .filter(|l| l.logger.as_deref() == Some("stdout"))
+        .filter_map(|l| l.data.as_str())
+        .collect();
+    assert_eq!(stdout, "logged\n");
     client.cancel().await.unwrap();
 }
 

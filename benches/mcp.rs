@@ -1,0 +1,67 @@
+//! The MCP server as a client meets it: `cargo bench --bench mcp`.
+//!
+//! Prints, with a warm module cache, the time from spawning `safe-python-mcp` to the first
+//! `run_python` result, and the per-call latency (p50, p90) of trivial code over one connection.
+
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::TokioChildProcess;
+use serde_json::json;
+
+const BIN: &str = env!("CARGO_BIN_EXE_safe-python-mcp");
+
+fn call(code: &str) -> CallToolRequestParams {
+    CallToolRequestParams::new("run_python")
+        .with_arguments(json!({ "code": code }).as_object().unwrap().clone())
+}
+
+fn percentile(sorted: &[Duration], p: usize) -> f64 {
+    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)].as_secs_f64() * 1000.0
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let connect = || async {
+        let mut command = tokio::process::Command::new(BIN);
+        command.env("SAFE_PYTHON_LOG", "warn");
+        anyhow::Ok(().serve(TokioChildProcess::new(command)?).await?)
+    };
+    // Warm the cache (and the page cache) once.
+    let client = connect().await?;
+    client.call_tool(call("print(1)")).await?;
+    client.cancel().await?;
+
+    let mut starts = Vec::new();
+    for _ in 0..9 {
+        let started = Instant::now();
+        let client = connect().await?;
+        let r = client.call_tool(call("print(1)")).await?;
+        starts.push(started.elapsed());
+        anyhow::ensure!(r.is_error == Some(false), "print(1) failed: {r:?}");
+        client.cancel().await?;
+    }
+    starts.sort();
+    println!(
+        "spawn to first result (warm cache, 9 spawns): p50 {:.1} ms, p90 {:.1} ms",
+        percentile(&starts, 50),
+        percentile(&starts, 90)
+    );
+
+    let client = connect().await?;
+    let mut calls = Vec::new();
+    for _ in 0..500 {
+        let started = Instant::now();
+        client.call_tool(call("1 + 1")).await?;
+        calls.push(started.elapsed());
+    }
+    calls.sort();
+    println!(
+        "per call, trivial code (500 calls, one connection): p50 {:.2} ms, p90 {:.2} ms",
+        percentile(&calls, 50),
+        percentile(&calls, 90)
+    );
+    client.cancel().await?;
+    Ok(())
+}
