@@ -69,6 +69,11 @@ async fn connect(args: &[&str]) -> (Client, Recorder) {
     (client, recorder)
 }
 
+/// Waits until the server has its sandbox (compiled on a cold cache), so timings measure runs.
+async fn warm_up(client: &Client) {
+    client.call_tool(call("None")).await.expect("a first call");
+}
+
 fn call(code: &str) -> CallToolRequestParams {
     CallToolRequestParams::new("run_python")
         .with_arguments(json!({ "code": code }).as_object().unwrap().clone())
@@ -129,6 +134,7 @@ async fn tools_list_describes_run_python_with_its_schemas() {
 #[tokio::test]
 async fn success_exception_and_limit_results() {
     let (client, _) = connect(&["--timeout", "1", "--fuel", "1000000000000"]).await;
+    warm_up(&client).await;
 
     let ok = client.call_tool(call("print('hi')\n6 * 7")).await.unwrap();
     assert_eq!(ok.is_error, Some(false));
@@ -241,6 +247,7 @@ async fn cancellation_stops_the_run_and_frees_its_slot() {
         "10000000000000",
     ])
     .await;
+    warm_up(&client).await;
     let handle = client
         .send_cancellable_request(
             ClientRequest::CallToolRequest(Request::new(call("while True: pass"))),
@@ -273,6 +280,7 @@ async fn a_stuck_call_does_not_delay_the_others() {
         "10000000000000",
     ])
     .await;
+    warm_up(&client).await;
     let client = Arc::new(client);
     let stuck = tokio::spawn({
         let client = client.clone();
