@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use safe_python_executor::{Limits, RunOptions, Sandbox, SandboxOptions};
 
-const REPS: usize = 3;
+const REPS: usize = 5;
 
 /// Times a program inside one CPython process, excluding interpreter start-up, the way the sandbox
 /// times only the run: all statements but the last are executed, the last is evaluated.
@@ -100,10 +100,17 @@ fn main() -> anyhow::Result<()> {
         trivial[trivial.len() / 2],
         trivial[trivial.len() * 9 / 10]
     );
+    // `python3` may be a launcher script (pyenv): time the interpreter it resolves to.
+    let python = String::from_utf8(
+        Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()?
+            .stdout,
+    )?;
     println!(
         "process start to exit, print(1): sandbox-run {:.1} ms, python3 {:.1} ms",
         process_ms(env!("CARGO_BIN_EXE_sandbox-run"))?,
-        process_ms("python3")?
+        process_ms(python.trim())?
     );
     Ok(())
 }
