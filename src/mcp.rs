@@ -57,6 +57,11 @@ pub struct Args {
     #[command(flatten)]
     pub sandbox: SandboxFlags,
 
+    /// Prepare the compiled sandbox, run a short self-test, print what was checked and exit
+    /// (status 0 when it passed): for installers, and to warm the cache before first use.
+    #[arg(long)]
+    pub check: bool,
+
     /// Calls that run at once; more wait their turn [default: the number of cores].
     #[arg(long, value_name = "N", env = "SAFE_PYTHON_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub workers: Option<u16>,
@@ -490,6 +495,15 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if args.check {
+        return match runtime.block_on(self_test(&args.sandbox)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("safe-python-mcp: self-test failed: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match runtime.block_on(serve(PythonServer::start(&args.sandbox, workers))) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -497,6 +511,56 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--check`: the sandbox starts, runs code, refuses an import and stops an endless loop.
+async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
+    let sandbox = Sandbox::new(SandboxOptions {
+        cache_dir: flags.cache_dir.clone(),
+        on_compile: Some(Box::new(|path| {
+            eprintln!("safe-python-mcp: compiling the Python sandbox for first use (about 30 s)");
+            if let Some(p) = path {
+                eprintln!("safe-python-mcp: caching it at {}", p.display());
+            }
+        })),
+        ..SandboxOptions::default()
+    })?;
+    let mut options = RunOptions {
+        limits: flags.limits(),
+        policy: Arc::new(flags.policy()),
+        observer: None,
+    };
+    let checks: [(&str, &str, fn(&RunResult) -> bool); 3] = [
+        ("runs code", "print(2**100)", |r| {
+            r.stdout == "1267650600228229401496703205376\n"
+        }),
+        (
+            "refuses imports outside the allowlist",
+            "import socket",
+            |r| r.error().is_some_and(|e| e.kind == "ImportError"),
+        ),
+        ("stops an endless loop", "while True: pass", |r| {
+            r.limit().is_some()
+        }),
+    ];
+    options.limits.timeout = options.limits.timeout.min(Duration::from_secs(1));
+    for (what, code, passed) in checks {
+        let result = sandbox.run(code, &options).await?;
+        anyhow::ensure!(
+            passed(&result),
+            "the sandbox did not pass \"{what}\": {}",
+            serde_json::to_string(&result)?
+        );
+        println!("ok: {what} ({} ms)", result.stats.wall_ms);
+    }
+    let cache = match sandbox.prepared() {
+        crate::cache::Prepared::Loaded(p) | crate::cache::Prepared::Compiled(p) => {
+            p.display().to_string()
+        }
+        crate::cache::Prepared::CompiledUncached => "none".into(),
+    };
+    println!("safe-python-mcp: self-test passed (compiled sandbox: {cache})");
+    Ok(())
 }
 
 async fn serve(server: PythonServer) -> anyhow::Result<()> {

@@ -485,3 +485,23 @@ fn a_client_that_disconnects_mid_run_lets_the_server_exit() {
         .expect("the server exits when its client goes away");
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+fn check_runs_a_self_test() {
+    let out = StdCommand::new(BIN)
+        .arg("--check")
+        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("ok: refuses imports outside the allowlist"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("self-test passed"), "{stdout}");
+}
