@@ -530,7 +530,8 @@ async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
         policy: Arc::new(flags.policy()),
         observer: None,
     };
-    let checks: [(&str, &str, fn(&RunResult) -> bool); 3] = [
+    type Check = (&'static str, &'static str, fn(&RunResult) -> bool);
+    let checks: [Check; 3] = [
         ("runs code", "print(2**100)", |r| {
             r.stdout == "1267650600228229401496703205376\n"
         }),
