@@ -18,7 +18,7 @@ pub struct Limits {
     /// Cap on the guest's linear memory, in bytes. Default: 256 MiB.
     pub memory_bytes: usize,
     /// Cap on stdout and stderr together, in bytes. Output past it is cut with a notice and the run
-    /// is stopped. Default: 1 MiB.
+    /// is stopped. The result's `repr` is cut to as many characters. Default: 1 MiB.
     pub max_output_bytes: usize,
 }
 
