@@ -1,0 +1,199 @@
+//! The adversarial suite: every case in `tests/adversarial/cases.json` runs through the real MCP
+//! server, and for every case the sandbox must hold:
+//!
+//! - the call ends within the timeout plus a second, with the outcome the case expects;
+//! - the server answers the next call;
+//! - a canary environment variable set for the server never appears in any output;
+//! - no host file content appears;
+//! - the canary file in the server's working directory is untouched, and no file appears.
+//!
+//! Cases marked `open_server` run against a server that allows importing os, sys, io, socket and
+//! more: the allowlist is policy, the WebAssembly boundary is what must hold.
+//!
+//! To add a case, append `{"name", "code", "expect"}` to the data file. `expect` is `completed`,
+//! `error`, `error:<ExceptionType>`, `limit`, `limit:<timeout|fuel|memory|output|stack>`, or `any`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+const TIMEOUT_SECS: u64 = 3;
+const CANARY_ENV: &str = "SAFE_PYTHON_CANARY";
+const CANARY_VALUE: &str = "canary-9f3b1c-never-visible";
+const CANARY_FILE: &str = "canary.txt";
+const CANARY_CONTENT: &str = "canary file content 7d2e";
+const OPEN_MODULES: &str = "os,sys,io,pathlib,subprocess,socket,urllib,ctypes,builtins,importlib";
+
+#[derive(Debug, Deserialize)]
+struct Case {
+    name: String,
+    code: String,
+    expect: String,
+    #[serde(default)]
+    open_server: bool,
+}
+
+async fn server(dir: &Path, open: bool) -> RunningService<RoleClient, ()> {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_safe-python-mcp"));
+    command
+        .current_dir(dir)
+        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
+        .env("SAFE_PYTHON_LOG", "error")
+        .env(CANARY_ENV, CANARY_VALUE)
+        .args([
+            "--timeout",
+            &TIMEOUT_SECS.to_string(),
+            "--memory",
+            "128",
+            "--max-output",
+            "65536",
+        ]);
+    if open {
+        command.args(["--allow", OPEN_MODULES]);
+    }
+    let client =
+        ().serve(TokioChildProcess::new(command).unwrap())
+            .await
+            .expect("the server starts");
+    // The first call waits for the sandbox; keep it out of the timed cases.
+    client.call_tool(call("None")).await.unwrap();
+    client
+}
+
+fn call(code: &str) -> CallToolRequestParams {
+    CallToolRequestParams::new("run_python")
+        .with_arguments(json!({ "code": code }).as_object().unwrap().clone())
+}
+
+/// Checks `expect` against the structured result; returns what went wrong.
+fn check_expectation(expect: &str, v: &Value) -> Result<(), String> {
+    let (kind, detail) = expect.split_once(':').unwrap_or((expect, ""));
+    let error_type = v["error"]["type"].as_str();
+    let limit = v["limit"].as_str();
+    let ok = match kind {
+        "any" => true,
+        "completed" => error_type.is_none() && limit.is_none(),
+        "error" => {
+            error_type.is_some()
+                && limit.is_none()
+                && (detail.is_empty() || error_type == Some(detail))
+        }
+        "limit" => limit.is_some() && (detail.is_empty() || limit == Some(detail)),
+        other => return Err(format!("unknown expectation {other:?}")),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "expected {expect}, got error {error_type:?}, limit {limit:?}"
+        ))
+    }
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn hostile_code_never_escapes_hangs_or_kills_the_server() {
+    let cases: Vec<Case> =
+        serde_json::from_str(include_str!("adversarial/cases.json")).expect("cases.json parses");
+    assert!(cases.len() >= 60, "the suite has {} cases", cases.len());
+
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("adversarial-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(CANARY_FILE), CANARY_CONTENT).unwrap();
+    let host_secret = std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|p| p.lines().next().map(str::to_owned));
+
+    let strict = server(&dir, false).await;
+    let open = server(&dir, true).await;
+    let mut failures = Vec::new();
+    for case in &cases {
+        let client = if case.open_server { &open } else { &strict };
+        let started = Instant::now();
+        let reply = client.call_tool(call(&case.code)).await;
+        let took = started.elapsed();
+        let mut problems = Vec::new();
+        match &reply {
+            Err(e) => problems.push(format!("the call failed: {e}")),
+            Ok(r) => {
+                let v = r.structured_content.clone().unwrap_or(Value::Null);
+                if let Err(e) = check_expectation(&case.expect, &v) {
+                    problems.push(e);
+                }
+                let everything = format!("{v}{:?}", r.content);
+                if everything.contains(CANARY_VALUE) {
+                    problems.push("the canary environment variable leaked".into());
+                }
+                if everything.contains(CANARY_CONTENT) {
+                    problems.push("the canary file's content leaked".into());
+                }
+                if let Some(secret) = host_secret.as_deref().filter(|s| !s.is_empty()) {
+                    if everything.contains(secret) {
+                        problems.push("host file content leaked".into());
+                    }
+                }
+            }
+        }
+        if took > Duration::from_secs(TIMEOUT_SECS + 1) {
+            problems.push(format!("took {took:?}"));
+        }
+        match client.call_tool(call("6 * 7")).await {
+            Ok(r)
+                if r.structured_content
+                    .as_ref()
+                    .is_some_and(|v| v["result"] == "42") => {}
+            other => problems.push(format!(
+                "the server did not answer the next call: {other:?}"
+            )),
+        }
+        if !problems.is_empty() {
+            let outcome = reply
+                .ok()
+                .and_then(|r| r.structured_content)
+                .map(|v| json!({"error": v["error"]["type"], "limit": v["limit"]}));
+            failures.push(format!(
+                "{}: {} (outcome {outcome:?})",
+                case.name,
+                problems.join("; ")
+            ));
+        }
+    }
+    strict.cancel().await.unwrap();
+    open.cancel().await.unwrap();
+
+    assert_eq!(
+        listing(&dir),
+        [CANARY_FILE],
+        "files appeared in the server's working directory"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(CANARY_FILE)).unwrap(),
+        CANARY_CONTENT
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
