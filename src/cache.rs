@@ -18,12 +18,8 @@ pub const CACHE_DIR_ENV: &str = "SAFE_PYTHON_CACHE_DIR";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    #[error("cannot use the cache directory {path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
     #[error("cannot compile the Python guest: {0:#}")]
     Compile(wasmtime::Error),
-    #[error("cannot serialise the compiled guest: {0:#}")]
-    Serialize(wasmtime::Error),
 }
 
 /// What happened while getting the module, for a front end to tell its user.
@@ -59,7 +55,8 @@ pub fn entry_name(engine: &Engine, wasm_sha256: &str) -> String {
 }
 
 /// Loads the compiled guest from `dir`, or compiles it (calling `on_compile` first, since that takes
-/// a while) and stores it there.
+/// a while) and stores it there. An unusable cache directory is not fatal: the module is then
+/// compiled in memory, with a warning.
 pub fn load_or_compile(
     engine: &Engine,
     wasm: &[u8],
@@ -67,37 +64,61 @@ pub fn load_or_compile(
     dir: Option<&Path>,
     on_compile: &mut dyn FnMut(Option<&Path>),
 ) -> Result<(Module, Prepared), CacheError> {
-    let Some(dir) = dir else {
+    let compile_uncached = |on_compile: &mut dyn FnMut(Option<&Path>)| {
         on_compile(None);
         let module = Module::new(engine, wasm).map_err(CacheError::Compile)?;
-        return Ok((module, Prepared::CompiledUncached));
+        Ok((module, Prepared::CompiledUncached))
     };
-    let io_err = |source| CacheError::Io {
-        path: dir.to_owned(),
-        source,
+    let Some(dir) = dir else {
+        return compile_uncached(on_compile);
     };
     let path = dir.join(entry_name(engine, wasm_sha256));
     if let Some(module) = try_load(engine, &path) {
         return Ok((module, Prepared::Loaded(path)));
     }
-    fs::create_dir_all(dir).map_err(io_err)?;
-    let lock = File::create(path.with_extension("lock")).map_err(io_err)?;
-    lock.lock().map_err(io_err)?;
+    let _lock = match lock(dir, &path) {
+        Ok(lock) => lock,
+        Err(e) => {
+            tracing::warn!(
+                "cannot use the cache directory {}: {e}; compiling without a cache",
+                dir.display()
+            );
+            return compile_uncached(on_compile);
+        }
+    };
     // Another process may have compiled it while we waited for the lock.
     if let Some(module) = try_load(engine, &path) {
         return Ok((module, Prepared::Loaded(path)));
     }
     on_compile(Some(&path));
     let module = Module::new(engine, wasm).map_err(CacheError::Compile)?;
-    let bytes = module.serialize().map_err(CacheError::Serialize)?;
+    match store(&module, &path) {
+        Ok(()) => Ok((module, Prepared::Compiled(path))),
+        Err(e) => {
+            tracing::warn!("cannot write {}: {e:#}", path.display());
+            Ok((module, Prepared::CompiledUncached))
+        }
+    }
+}
+
+/// Takes the entry's lock file, waiting while another process holds it (it is compiling).
+fn lock(dir: &Path, entry: &Path) -> io::Result<File> {
+    fs::create_dir_all(dir)?;
+    let lock = File::create(entry.with_extension("lock"))?;
+    lock.lock()?;
+    Ok(lock)
+}
+
+/// Writes the compiled module under a temporary name, then renames it into place.
+fn store(module: &Module, path: &Path) -> wasmtime::Result<()> {
+    let bytes = module.serialize()?;
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     fs::write(&tmp, &bytes)
-        .and_then(|()| fs::rename(&tmp, &path))
-        .map_err(|e| {
+        .and_then(|()| fs::rename(&tmp, path))
+        .inspect_err(|_| {
             let _ = fs::remove_file(&tmp);
-            io_err(e)
         })?;
-    Ok((module, Prepared::Compiled(path)))
+    Ok(())
 }
 
 fn try_load(engine: &Engine, path: &Path) -> Option<Module> {
@@ -115,5 +136,38 @@ fn try_load(engine: &Engine, path: &Path) -> Option<Module> {
             tracing::warn!("ignoring unusable cached module {}: {e:#}", path.display());
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The smallest valid module: compiling it is instant.
+    const EMPTY_MODULE: &[u8] = b"\0asm\x01\0\0\0";
+
+    #[test]
+    fn compiles_once_then_loads_and_survives_an_unusable_directory() {
+        let engine = crate::engine::new().unwrap();
+        let dir = std::env::temp_dir().join(format!("spx-cache-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let mut compiles = 0;
+        let (_, first) = load_or_compile(&engine, EMPTY_MODULE, "00", Some(&dir), &mut |_| {
+            compiles += 1
+        })
+        .unwrap();
+        let (_, second) = load_or_compile(&engine, EMPTY_MODULE, "00", Some(&dir), &mut |_| {
+            compiles += 1
+        })
+        .unwrap();
+        assert!(matches!(first, Prepared::Compiled(_)), "{first:?}");
+        assert!(matches!(second, Prepared::Loaded(_)), "{second:?}");
+        assert_eq!(compiles, 1);
+        let _ = fs::remove_dir_all(&dir);
+
+        let unusable = Path::new("/proc/self/no-such-dir");
+        let (_, prepared) =
+            load_or_compile(&engine, EMPTY_MODULE, "00", Some(unusable), &mut |_| ()).unwrap();
+        assert_eq!(prepared, Prepared::CompiledUncached);
     }
 }
