@@ -145,10 +145,11 @@ async fn hostile_code_never_escapes_hangs_or_kills_the_server() {
                 if everything.contains(CANARY_CONTENT) {
                     problems.push("the canary file's content leaked".into());
                 }
-                if let Some(secret) = host_secret.as_deref().filter(|s| !s.is_empty()) {
-                    if everything.contains(secret) {
-                        problems.push("host file content leaked".into());
-                    }
+                if host_secret
+                    .as_deref()
+                    .is_some_and(|secret| !secret.is_empty() && everything.contains(secret))
+                {
+                    problems.push("host file content leaked".into());
                 }
             }
         }
