@@ -131,9 +131,8 @@ fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
         }) as crate::OutputObserver
     });
     let options = RunOptions {
-        limits: args.sandbox.limits(),
-        policy: Arc::new(args.sandbox.policy()),
         observer,
+        ..args.sandbox.run_options()
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()

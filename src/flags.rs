@@ -2,10 +2,12 @@
 //! through an environment variable, and their mapping onto [`Limits`] and [`ImportPolicy`].
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::CACHE_DIR_ENV;
 use crate::limits::{ImportPolicy, Limits, validate_module_name};
+use crate::sandbox::RunOptions;
 
 /// Limits, allowed modules and the cache directory.
 #[derive(Debug, Clone, clap::Args)]
@@ -50,6 +52,15 @@ impl SandboxFlags {
 
     pub fn policy(&self) -> ImportPolicy {
         ImportPolicy::with_extra(&self.allow)
+    }
+
+    /// Limits and policy as one run's options, with no output observer.
+    pub fn run_options(&self) -> RunOptions {
+        RunOptions {
+            limits: self.limits(),
+            policy: Arc::new(self.policy()),
+            observer: None,
+        }
     }
 }
 

@@ -112,11 +112,7 @@ impl PythonServer {
             }
             let _ = ready.send(Some(sandbox));
         });
-        let options = RunOptions {
-            limits: flags.limits(),
-            policy: Arc::new(flags.policy()),
-            observer: None,
-        };
+        let options = flags.run_options();
         let tool = tool(&options);
         PythonServer(Arc::new(Inner {
             options,
@@ -525,11 +521,7 @@ async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
         })),
         ..SandboxOptions::default()
     })?;
-    let mut options = RunOptions {
-        limits: flags.limits(),
-        policy: Arc::new(flags.policy()),
-        observer: None,
-    };
+    let mut options = flags.run_options();
     type Check = (&'static str, &'static str, fn(&RunResult) -> bool);
     let checks: [Check; 3] = [
         ("runs code", "print(2**100)", |r| {
