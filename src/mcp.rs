@@ -17,9 +17,9 @@ use std::time::Duration;
 use clap::Parser;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, Tool,
+    JsonObject, ListToolsResult, LoggingLevel, LoggingMessageNotificationParam,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
@@ -73,6 +73,13 @@ pub struct Args {
 pub struct RunPythonArgs {
     /// The Python 3 source code to run.
     pub code: String,
+}
+
+/// Decodes the arguments of a `run_python` call: anything a client may send is either valid
+/// arguments or an `invalid_params` error for it, never a panic.
+pub fn parse_arguments(arguments: Option<JsonObject>) -> Result<RunPythonArgs, ErrorData> {
+    serde_json::from_value(serde_json::Value::Object(arguments.unwrap_or_default()))
+        .map_err(|e| ErrorData::invalid_params(format!("invalid arguments for {TOOL}: {e}"), None))
 }
 
 /// The server: shared by every request handler.
@@ -443,12 +450,7 @@ impl ServerHandler for PythonServer {
                 None,
             ));
         }
-        let args: RunPythonArgs = serde_json::from_value(serde_json::Value::Object(
-            request.arguments.unwrap_or_default(),
-        ))
-        .map_err(|e| {
-            ErrorData::invalid_params(format!("invalid arguments for {TOOL}: {e}"), None)
-        })?;
+        let args = parse_arguments(request.arguments)?;
         Ok(self.run_python(args, context).await?.into())
     }
 

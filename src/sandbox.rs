@@ -87,6 +87,19 @@ impl Sandbox {
                 }
             },
         )?;
+        Self::link(engine, module, prepared)
+    }
+
+    /// A sandbox around another guest module speaking this crate's protocol, compiled in memory and
+    /// never cached: for checking how the host copes with a faulty or hostile guest.
+    pub fn with_guest(wasm: &[u8]) -> Result<Sandbox, SandboxError> {
+        let engine = engine::new().map_err(SandboxError::Engine)?;
+        let module =
+            Module::new(&engine, wasm).map_err(|e| SandboxError::Cache(CacheError::Compile(e)))?;
+        Self::link(engine, module, Prepared::CompiledUncached)
+    }
+
+    fn link(engine: Engine, module: Module, prepared: Prepared) -> Result<Sandbox, SandboxError> {
         check_abi(&module)?;
         let mut linker = Linker::new(&engine);
         p1::add_to_linker_async(&mut linker, |s: &mut HostState| &mut s.wasi)
@@ -215,27 +228,34 @@ impl HostState {
         if let Some(fault) = &self.protocol_fault {
             return trapped(fault);
         }
-        let Some(bytes) = &self.report else {
-            return trapped("the guest returned without reporting");
-        };
-        match serde_json::from_slice::<Report>(bytes) {
-            // Whether the allocator was refused growth or Python refused an impossible size up
-            // front (`[0] * 10**9`), a MemoryError in the sandbox means the memory limit.
-            Ok(Report {
-                error: Some(error), ..
-            }) if error.kind == "MemoryError" => Outcome::LimitReached {
-                limit: Limit::Memory,
-                error: Some(error),
-            },
-            Ok(Report {
-                error: Some(error), ..
-            }) => Outcome::Raised(error),
-            Ok(Report {
-                result,
-                error: None,
-            }) => Outcome::Completed { result },
-            Err(e) => trapped(&format!("the guest sent a malformed report: {e}")),
+        match &self.report {
+            Some(bytes) => decode_report(bytes),
+            None => trapped("the guest returned without reporting"),
         }
+    }
+}
+
+/// How a run that returned normally ended, from the bytes its guest reported. The bytes are
+/// untrusted: whatever they hold, the answer is an outcome (a malformed report is a guest fault,
+/// [`Outcome::Trapped`]), never a panic.
+pub fn decode_report(bytes: &[u8]) -> Outcome {
+    match serde_json::from_slice::<Report>(bytes) {
+        // Whether the allocator was refused growth or Python refused an impossible size up
+        // front (`[0] * 10**9`), a MemoryError in the sandbox means the memory limit.
+        Ok(Report {
+            error: Some(error), ..
+        }) if error.kind == "MemoryError" => Outcome::LimitReached {
+            limit: Limit::Memory,
+            error: Some(error),
+        },
+        Ok(Report {
+            error: Some(error), ..
+        }) => Outcome::Raised(error),
+        Ok(Report {
+            result,
+            error: None,
+        }) => Outcome::Completed { result },
+        Err(e) => trapped(&format!("the guest sent a malformed report: {e}")),
     }
 }
 
