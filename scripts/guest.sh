@@ -12,7 +12,10 @@ cd "$(dirname "$0")/.."
 TARGET=wasm32-wasip1
 ARTIFACT=wasm/safe-python-guest.wasm
 MANIFEST=wasm/MANIFEST
-BUILD_FLAGS="--release --target $TARGET --locked --ignore-rust-version; wizen-guest init=sandbox_init"
+BUILD_FLAGS="--release --target $TARGET --locked --ignore-rust-version; remap cargo home and checkout; wizen-guest init=sandbox_init"
+# Build paths end up in the artifact (panic locations): map them to fixed names so that the same
+# sources give the same artifact on any machine.
+GUEST_RUSTFLAGS="--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo --remap-path-prefix=$PWD=/src"
 # Everything the artifact is made from.
 SOURCES=(guest/Cargo.toml guest/Cargo.lock guest/src protocol/Cargo.toml protocol/src src/bin/wizen-guest.rs)
 
@@ -30,7 +33,7 @@ manifest_value() { sed -n "s/^$1=//p" "$MANIFEST"; }
 case "${1:-}" in
   build)
     command -v rustup >/dev/null && rustup target add "$TARGET" >/dev/null
-    (cd guest && cargo build --release --target "$TARGET" --locked --ignore-rust-version)
+    (cd guest && RUSTFLAGS="$GUEST_RUSTFLAGS" cargo build --release --target "$TARGET" --locked --ignore-rust-version)
     cargo run --features wizer --bin wizen-guest -- \
       "guest/target/$TARGET/release/safe_python_guest.wasm" "$ARTIFACT.new"
     mv "$ARTIFACT.new" "$ARTIFACT"

@@ -127,6 +127,7 @@ impl Sandbox {
         let limits = &options.limits;
         let request = serde_json::to_vec(&Request {
             code: code.to_owned(),
+            filename: "<code>".into(),
             allowed: options.policy.allowed().to_vec(),
             max_result_chars: u32::try_from(limits.max_output_bytes).unwrap_or(u32::MAX),
         })

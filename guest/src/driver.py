@@ -1,7 +1,9 @@
-"""Runs one piece of user code inside the guest and describes how it ended.
+"""Runs user code inside the guest and describes how it ended.
 
-Loaded once while the snapshot is taken; `run` is then called once per sandbox run. It must not
-import anything at run time: its globals are not a module's, so the import policy would apply to it.
+Loaded once while the snapshot is taken; `run` is then called once per sandbox run, and again for
+every further run on the same instance (a session), which shares the first run's `__main__`. It
+must not import anything at run time: its globals are not a module's, so the import policy would
+apply to it.
 """
 import ast
 import builtins
@@ -13,7 +15,8 @@ import sys
 import traceback
 import types
 
-FILENAME = "<code>"
+# The `__main__` of this instance, made by its first run and kept by the later ones.
+_main = None
 
 
 def _no_file_access(file, *args, **kwargs):
@@ -65,21 +68,21 @@ def _assigned_value(stmt, g):
     return None
 
 
-def _execute(source, g):
-    tree = ast.parse(source, FILENAME)
+def _execute(source, filename, g):
+    tree = ast.parse(source, filename)
     body = tree.body
     last = body[-1] if body else None
     if isinstance(last, ast.Expr):
-        exec(compile(ast.Module(body[:-1], []), FILENAME, "exec"), g)
-        return eval(compile(ast.Expression(last.value), FILENAME, "eval"), g)
-    exec(compile(tree, FILENAME, "exec"), g)
+        exec(compile(ast.Module(body[:-1], []), filename, "exec"), g)
+        return eval(compile(ast.Expression(last.value), filename, "eval"), g)
+    exec(compile(tree, filename, "exec"), g)
     return _assigned_value(last, g)
 
 
-def _describe(exc):
+def _describe(exc, filename):
     # Drop the driver's own frames: the traceback starts at the user's code.
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != FILENAME:
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
         tb = tb.tb_next
     try:
         message = str(exc)
@@ -100,19 +103,25 @@ def _flush():
             pass
 
 
-def run(source, max_result_chars):
-    """Returns (result repr or None, exception type, message, traceback), the last three or None."""
+def _first_run():
+    global _main
     # The module-level functions are methods bound to `random._inst` before the patch above.
     _seed_from_host(random._inst)
-    main = types.ModuleType("__main__")
-    main.__builtins__ = builtins
-    sys.modules["__main__"] = main
-    linecache.cache[FILENAME] = (len(source), None, source.splitlines(True), FILENAME)
+    _main = types.ModuleType("__main__")
+    _main.__builtins__ = builtins
+
+
+def run(source, max_result_chars, filename):
+    """Returns (result repr or None, exception type, message, traceback), the last three or None."""
+    if _main is None:
+        _first_run()
+    sys.modules["__main__"] = _main
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     try:
-        value = _execute(source, main.__dict__)
+        value = _execute(source, filename, _main.__dict__)
         result = None if value is None else _text(_clip(repr(value), max_result_chars))
         return (result, None, None, None)
     except BaseException as exc:
-        return (None,) + _describe(exc)
+        return (None,) + _describe(exc, filename)
     finally:
         _flush()

@@ -1,8 +1,9 @@
 //! The guest: RustPython as a WASI reactor that runs one request per instance.
 //!
 //! The ABI it speaks is documented in `safe-python-protocol`. [`sandbox_init`] builds the
-//! interpreter once, when Wizer takes the snapshot; every run then starts from that memory image, so
-//! nothing a run does survives into the next one.
+//! interpreter once, when Wizer takes the snapshot; every instance then starts from that memory
+//! image. Runs on the same instance (a session) share one `__main__`; a fresh instance shares
+//! nothing with any other.
 
 use std::cell::OnceCell;
 
@@ -14,7 +15,7 @@ use rustpython::vm::{
 };
 use safe_python_protocol::{PythonError, Report, Request};
 
-#[link(wasm_import_module = "safe_python_v1")]
+#[link(wasm_import_module = "safe_python_v2")]
 unsafe extern "C" {
     fn request_len() -> i32;
     fn request_read(ptr: *mut u8);
@@ -23,7 +24,7 @@ unsafe extern "C" {
 }
 
 // The literal in `#[link]` cannot name the constant: keep the two in step at compile time.
-const _: () = assert!(eq(safe_python_protocol::IMPORT_MODULE.as_bytes(), b"safe_python_v1"));
+const _: () = assert!(eq(safe_python_protocol::IMPORT_MODULE.as_bytes(), b"safe_python_v2"));
 const fn eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
@@ -84,7 +85,6 @@ pub extern "C" fn sandbox_init() {
         });
     });
 }
-
 
 fn prepare(vm: &VirtualMachine) -> PyResult<PyObjectRef> {
     for name in PRELOADED {
@@ -195,12 +195,15 @@ pub extern "C" fn sandbox_run() {
         Ok(r) => r,
         Err(e) => panic!("{e}"),
     };
-    let (code, max_chars) = (request.code.clone(), request.max_result_chars);
+    let (code, filename, max_chars) =
+        (request.code.clone(), request.filename.clone(), request.max_result_chars);
     REQUEST.with(|r| *r.borrow_mut() = Some(request));
     let report = GUEST.with(|cell| {
         let guest = cell.get().expect("initialised above");
         guest.interpreter.enter(|vm| {
-            let out = guest.run.call((vm.ctx.new_str(code), max_chars), vm);
+            let out = guest
+                .run
+                .call((vm.ctx.new_str(code), max_chars, vm.ctx.new_str(filename)), vm);
             match out.and_then(|o| to_report(o, vm)) {
                 Ok(report) => report,
                 Err(exc) => {

@@ -23,6 +23,16 @@
 //!
 //! A run that traps (a limit, an abort) never reports: the host classifies the trap itself.
 //!
+//! # More runs on one instance (sessions)
+//!
+//! The host may call [`exports::RUN`] again on an instance whose previous run returned normally:
+//! steps 3 to 6 repeat with a new [`Request`], and the code runs in the *same* `__main__` module,
+//! so variables, functions, classes and imports persist, as in a notebook. `random` is seeded from
+//! the host's entropy once, at the first run of an instance. The host never calls into an instance
+//! whose run trapped: it rebuilds the state from a fresh instance instead. That is sound because
+//! the guest's only mutable wasm global is the shadow-stack pointer, which is back at its initial
+//! value whenever no run is in progress: linear memory is the whole state between runs.
+//!
 //! # Trust
 //!
 //! Everything the guest hands back (pointers, lengths, report bytes, output) is untrusted: the host
@@ -32,10 +42,10 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of this ABI. Bump it, and [`IMPORT_MODULE`] with it, on any incompatible change.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// The wasm import module that holds the host functions of this protocol version.
-pub const IMPORT_MODULE: &str = "safe_python_v1";
+pub const IMPORT_MODULE: &str = "safe_python_v2";
 
 /// Names of the functions the host provides in [`IMPORT_MODULE`].
 pub mod imports {
@@ -64,6 +74,9 @@ pub const MAX_MODULE_NAME_BYTES: u32 = 4096;
 pub struct Request {
     /// Python source, run as the `__main__` module.
     pub code: String,
+    /// The file name tracebacks and syntax errors give this code, e.g. `<code>`. Each run of a
+    /// session gets its own, so a function defined by an earlier run shows its own source lines.
+    pub filename: String,
     /// The allowed top-level modules, only to word the `ImportError` message: the host, asked
     /// through [`imports::IMPORT_ALLOWED`], remains the one that decides.
     pub allowed: Vec<String>,
