@@ -15,9 +15,11 @@ pub mod mcp;
 pub mod outcome;
 pub mod output;
 pub mod sandbox;
+pub mod session;
 
 pub use cache::Prepared;
 pub use limits::{ImportPolicy, Limits};
 pub use outcome::{Limit, Outcome, PythonError, RunResult, Stats};
 pub use output::{OutputObserver, Stream};
 pub use sandbox::{RunOptions, Sandbox, SandboxError, SandboxOptions};
+pub use session::{Session, SessionRun};

@@ -31,30 +31,24 @@ pub struct OutputLimitReached {
     pub limit: usize,
 }
 
+/// What one call has written so far, and its budget.
 #[derive(Default)]
-struct Captured {
+struct Call {
     stdout: Vec<u8>,
     stderr: Vec<u8>,
     truncated: bool,
-}
-
-/// Shared by the guest's two output streams, so the limit covers both together.
-#[derive(Clone)]
-pub(crate) struct OutputSink {
-    captured: Arc<Mutex<Captured>>,
     limit: usize,
     observer: Option<OutputObserver>,
 }
 
-impl OutputSink {
-    pub(crate) fn new(limit: usize, observer: Option<OutputObserver>) -> Self {
-        OutputSink {
-            captured: Arc::default(),
-            limit,
-            observer,
-        }
-    }
+/// Shared by the guest's two output streams, so the limit covers both together. A session's
+/// streams live as long as its instance; [`OutputSink::begin`] gives each call a fresh budget.
+#[derive(Clone, Default)]
+pub(crate) struct OutputSink {
+    call: Arc<Mutex<Call>>,
+}
 
+impl OutputSink {
     pub(crate) fn stream(&self, stream: Stream) -> SinkStream {
         SinkStream {
             sink: self.clone(),
@@ -62,18 +56,33 @@ impl OutputSink {
         }
     }
 
-    /// Takes what was captured: `(stdout, stderr)`.
+    /// Starts a call: nothing captured yet, `limit` bytes allowed, output shown to `observer`.
+    pub(crate) fn begin(&self, limit: usize, observer: Option<OutputObserver>) {
+        *self.lock() = Call {
+            limit,
+            observer,
+            ..Call::default()
+        };
+    }
+
+    /// Ends the call: takes what was captured, `(stdout, stderr)`, and lets go of the observer.
     pub(crate) fn take(&self) -> (Vec<u8>, Vec<u8>) {
-        let mut c = self.captured.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut c = self.lock();
+        c.observer = None;
         (std::mem::take(&mut c.stdout), std::mem::take(&mut c.stderr))
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Call> {
+        self.call.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn write(&self, stream: Stream, bytes: &[u8]) -> Result<(), OutputLimitReached> {
-        let mut c = self.captured.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut c = self.lock();
+        let limit = c.limit;
         if c.truncated {
-            return Err(OutputLimitReached { limit: self.limit });
+            return Err(OutputLimitReached { limit });
         }
-        let room = self.limit.saturating_sub(c.stdout.len() + c.stderr.len());
+        let room = limit.saturating_sub(c.stdout.len() + c.stderr.len());
         let (kept, over) = if bytes.len() <= room {
             (bytes, false)
         } else {
@@ -87,12 +96,12 @@ impl OutputSink {
         buf.extend_from_slice(kept);
         if over {
             buf.extend_from_slice(
-                format!("\n[output truncated: the {}-byte output limit was reached and the run was stopped]\n", self.limit)
+                format!("\n[output truncated: the {limit}-byte output limit was reached and the run was stopped]\n")
                     .as_bytes(),
             );
             c.truncated = true;
         }
-        if let Some(observer) = &self.observer {
+        if let Some(observer) = &c.observer {
             let buf = match stream {
                 Stream::Stdout => &c.stdout,
                 Stream::Stderr => &c.stderr,
@@ -100,7 +109,7 @@ impl OutputSink {
             observer(stream, &buf[start..]);
         }
         if over {
-            Err(OutputLimitReached { limit: self.limit })
+            Err(OutputLimitReached { limit })
         } else {
             Ok(())
         }
@@ -187,7 +196,8 @@ mod tests {
     fn output_past_the_limit_is_cut_with_a_notice_and_refused() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let seen2 = seen.clone();
-        let sink = OutputSink::new(
+        let sink = OutputSink::default();
+        sink.begin(
             10,
             Some(Arc::new(move |_, b: &[u8]| {
                 seen2.lock().unwrap().extend_from_slice(b)
@@ -205,5 +215,10 @@ mod tests {
         );
         assert_eq!(err, b"wor");
         assert!(String::from_utf8_lossy(&seen.lock().unwrap()).contains("output truncated"));
+
+        // The next call of a session starts with a fresh budget.
+        sink.begin(10, None);
+        sink.write(Stream::Stdout, b"again").unwrap();
+        assert_eq!(sink.take().0, b"again");
     }
 }

@@ -1,17 +1,20 @@
-//! One sandboxed run: the store and its limits, the host side of the guest protocol, and the
-//! classification of how the run ended.
+//! Running the guest: the store and its limits, the host side of the guest protocol, and the
+//! classification of how a call ended. A fresh run is one call on a new [`Guest`]; a session
+//! ([`crate::session`]) makes many calls on one.
 //!
 //! The guest gets WASI preview 1 with nothing behind it: no preopened directories, no environment,
 //! no arguments, stdin at EOF, stdout and stderr captured by [`crate::output`]. The host functions
 //! of `safe-python-protocol` are the only other way out, and each bounds what it reads.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use safe_python_protocol::{self as protocol, Report, Request};
+use tokio::sync::OnceCell;
 use wasmtime::{
     Caller, Engine, Extern, InstancePre, Linker, Memory, Module, ResourceLimiter, Store, Trap,
+    TypedFunc,
 };
 use wasmtime_wasi::p1::{self, WasiP1Ctx};
 use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
@@ -64,6 +67,10 @@ pub struct Sandbox {
     engine: Engine,
     pre: InstancePre<HostState>,
     prepared: Prepared,
+    /// A fresh instance, made when the first session needs it, that sessions compare their
+    /// memory with. Never run; its memory is mapped from the compiled module, so it costs almost
+    /// nothing.
+    pristine: Arc<OnceCell<Arc<Mutex<Guest>>>>,
 }
 
 impl Sandbox {
@@ -112,7 +119,22 @@ impl Sandbox {
             engine,
             pre,
             prepared,
+            pristine: Arc::default(),
         })
+    }
+
+    /// The instance sessions compare their memory with (see [`crate::session`]).
+    pub(crate) async fn pristine(&self) -> Result<Arc<Mutex<Guest>>, SandboxError> {
+        let pristine = self
+            .pristine
+            .get_or_try_init(|| async {
+                let guest =
+                    Guest::with_memory(self, Limits::MAX_MEMORY_BYTES, 0, std::iter::empty())
+                        .await?;
+                Ok::<_, SandboxError>(Arc::new(Mutex::new(guest)))
+            })
+            .await?;
+        Ok(pristine.clone())
     }
 
     /// How the compiled guest was obtained.
@@ -124,62 +146,176 @@ impl Sandbox {
     ///
     /// Dropping the returned future cancels the run at the guest's next epoch tick at the latest.
     pub async fn run(&self, code: &str, options: &RunOptions) -> Result<RunResult, SandboxError> {
-        let limits = &options.limits;
-        let request = serde_json::to_vec(&Request {
-            code: code.to_owned(),
-            filename: "<code>".into(),
-            allowed: options.policy.allowed().to_vec(),
-            max_result_chars: u32::try_from(limits.max_output_bytes).unwrap_or(u32::MAX),
-        })
-        .expect("a request always serialises");
-        let sink = OutputSink::new(limits.max_output_bytes, options.observer.clone());
+        let mut guest = Guest::new(self);
+        Ok(guest
+            .call(self, code, FRESH_FILENAME, options)
+            .await?
+            .result)
+    }
+}
+
+/// The name tracebacks give the code of a fresh run.
+const FRESH_FILENAME: &str = "<code>";
+
+/// An instance of the guest in a store of its own. A fresh run uses one for one call; a session
+/// keeps one for many. It is instantiated by its first call, within that call's time limit.
+pub(crate) struct Guest {
+    store: Store<HostState>,
+    exports: Option<Exports>,
+}
+
+#[derive(Clone)]
+struct Exports {
+    run: TypedFunc<(), ()>,
+    memory: Memory,
+}
+
+/// How one call of a [`Guest`] went.
+pub(crate) struct Call {
+    pub result: RunResult,
+    /// The call did not return normally (a trap, a timeout, an exit): the instance is in an
+    /// unknown state and must not be called again.
+    pub broken: bool,
+}
+
+impl Guest {
+    /// A store with nothing in it yet: each call sets its own limits.
+    pub(crate) fn new(sandbox: &Sandbox) -> Guest {
+        let sink = OutputSink::default();
         let wasi = WasiCtxBuilder::new()
             .stdout(sink.stream(Stream::Stdout))
             .stderr(sink.stream(Stream::Stderr))
             .build_p1();
         let state = HostState {
             wasi,
-            limiter: MemoryLimiter {
-                max: limits.memory_bytes,
-                peak: 0,
-                denied: false,
-            },
-            request,
-            policy: options.policy.clone(),
+            sink,
+            limiter: MemoryLimiter::default(),
+            request: Vec::new(),
+            policy: Arc::default(),
             report: None,
             protocol_fault: None,
         };
-        let mut store = Store::new(&self.engine, state);
+        let mut store = Store::new(&sandbox.engine, state);
         store.limiter(|s| &mut s.limiter);
-        store.set_fuel(limits.fuel).map_err(SandboxError::Setup)?;
+        Guest {
+            store,
+            exports: None,
+        }
+    }
+
+    async fn instantiate(&mut self, sandbox: &Sandbox) -> wasmtime::Result<Exports> {
+        let instance = sandbox.pre.instantiate_async(&mut self.store).await?;
+        // A plain (not pre-initialised) guest still needs its reactor initialisation.
+        if let Ok(init) = instance.get_typed_func::<(), ()>(&mut self.store, "_initialize") {
+            init.call_async(&mut self.store, ()).await?;
+        }
+        let run = instance.get_typed_func::<(), ()>(&mut self.store, protocol::exports::RUN)?;
+        let memory = instance
+            .get_memory(&mut self.store, "memory")
+            .ok_or_else(|| wasmtime::format_err!("the guest exports no memory"))?;
+        Ok(self.exports.insert(Exports { run, memory }).clone())
+    }
+
+    /// The instance's linear memory; `None` before its first call.
+    pub(crate) fn memory(&self) -> Option<&[u8]> {
+        self.exports.as_ref().map(|e| e.memory.data(&self.store))
+    }
+
+    /// A new instance whose memory, grown to `len` bytes, is overwritten with `pages` (offset and
+    /// bytes): the host-side half of restoring a session. See the protocol's notes on sessions for
+    /// why memory is the whole state.
+    pub(crate) async fn with_memory<'a>(
+        sandbox: &Sandbox,
+        memory_bytes: usize,
+        len: usize,
+        pages: impl Iterator<Item = (usize, &'a [u8])>,
+    ) -> Result<Guest, SandboxError> {
+        let mut guest = Guest::new(sandbox);
+        guest.store.data_mut().limiter.max = memory_bytes;
+        // Instantiation runs no user code; give it what it needs.
+        let store = &mut guest.store;
+        store.set_fuel(u64::MAX).map_err(SandboxError::Setup)?;
         store.set_epoch_deadline(1);
         store.epoch_deadline_async_yield_and_update(1);
+        let memory = guest
+            .instantiate(sandbox)
+            .await
+            .map_err(SandboxError::Setup)?
+            .memory;
+        let grow = len.saturating_sub(memory.data_size(&guest.store)) as u64;
+        memory
+            .grow(&mut guest.store, grow.div_ceil(WASM_PAGE))
+            .map_err(SandboxError::Setup)?;
+        for (offset, bytes) in pages {
+            memory
+                .write(&mut guest.store, offset, bytes)
+                .map_err(|e| SandboxError::Setup(e.into()))?;
+        }
+        Ok(guest)
+    }
+
+    /// Runs `code` on this instance (instantiating it first if need be) under `options`.
+    pub(crate) async fn call(
+        &mut self,
+        sandbox: &Sandbox,
+        code: &str,
+        filename: &str,
+        options: &RunOptions,
+    ) -> Result<Call, SandboxError> {
+        let limits = &options.limits;
+        let request = serde_json::to_vec(&Request {
+            code: code.to_owned(),
+            filename: filename.to_owned(),
+            allowed: options.policy.allowed().to_vec(),
+            max_result_chars: u32::try_from(limits.max_output_bytes).unwrap_or(u32::MAX),
+        })
+        .expect("a request always serialises");
+        let size = self.memory().map_or(0, <[u8]>::len);
+        let state = self.store.data_mut();
+        state.request = request;
+        state.policy = options.policy.clone();
+        state.report = None;
+        state.protocol_fault = None;
+        state.limiter = MemoryLimiter {
+            max: limits.memory_bytes,
+            peak: size,
+            denied: false,
+        };
+        state
+            .sink
+            .begin(limits.max_output_bytes, options.observer.clone());
+        self.store
+            .set_fuel(limits.fuel)
+            .map_err(SandboxError::Setup)?;
+        self.store.set_epoch_deadline(1);
+        self.store.epoch_deadline_async_yield_and_update(1);
 
         let started = Instant::now();
         let ended = tokio::time::timeout(limits.timeout, async {
-            let instance = self.pre.instantiate_async(&mut store).await?;
-            // A plain (not pre-initialised) guest still needs its reactor initialisation.
-            if let Ok(init) = instance.get_typed_func::<(), ()>(&mut store, "_initialize") {
-                init.call_async(&mut store, ()).await?;
-            }
-            let run = instance.get_typed_func::<(), ()>(&mut store, protocol::exports::RUN)?;
-            run.call_async(&mut store, ()).await
+            let exports = match &self.exports {
+                Some(exports) => exports.clone(),
+                None => self.instantiate(sandbox).await?,
+            };
+            exports.run.call_async(&mut self.store, ()).await
         })
         .await;
         let wall = started.elapsed();
 
-        let fuel_left = store.get_fuel().unwrap_or(0);
-        let state = store.into_data();
-        let outcome = match ended {
-            Err(_elapsed) => Outcome::LimitReached {
-                limit: Limit::Timeout,
-                error: None,
-            },
-            Ok(Err(err)) => classify_trap(&err, &state),
-            Ok(Ok(())) => state.read_report(),
+        let fuel_left = self.store.get_fuel().unwrap_or(0);
+        let state = self.store.data();
+        let (outcome, broken) = match ended {
+            Err(_elapsed) => (
+                Outcome::LimitReached {
+                    limit: Limit::Timeout,
+                    error: None,
+                },
+                true,
+            ),
+            Ok(Err(err)) => (classify_trap(&err, state), true),
+            Ok(Ok(())) => (state.read_report(), false),
         };
-        let (stdout, stderr) = sink.take();
-        Ok(RunResult {
+        let (stdout, stderr) = state.sink.take();
+        let result = RunResult {
             outcome,
             stdout: String::from_utf8_lossy(&stdout).into_owned(),
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
@@ -188,9 +324,13 @@ impl Sandbox {
                 wall_ms: wall.as_millis().try_into().unwrap_or(u64::MAX),
                 memory_peak_bytes: state.limiter.peak as u64,
             },
-        })
+        };
+        Ok(Call { result, broken })
     }
 }
+
+/// The unit of wasm linear memory.
+const WASM_PAGE: u64 = 64 << 10;
 
 /// Refuses a guest built for another protocol version with a message saying so, rather than a
 /// wasmtime "unknown import" error.
@@ -216,6 +356,8 @@ fn check_abi(module: &Module) -> Result<(), SandboxError> {
 
 struct HostState {
     wasi: WasiP1Ctx,
+    /// Where the guest's stdout and stderr go; [`WasiP1Ctx`] holds its streams.
+    sink: OutputSink,
     limiter: MemoryLimiter,
     request: Vec<u8>,
     policy: Arc<ImportPolicy>,
@@ -291,6 +433,7 @@ fn classify_trap(err: &wasmtime::Error, state: &HostState) -> Outcome {
 
 /// Caps linear memory and records its peak. Unlike `StoreLimits` it remembers whether growth was
 /// refused, which is how an allocator abort is told apart from any other `unreachable`.
+#[derive(Default)]
 struct MemoryLimiter {
     max: usize,
     peak: usize,

@@ -1,0 +1,242 @@
+//! A session: one guest instance kept across calls, so that globals persist as in a notebook, and
+//! put back to its state from before a call whenever that call is stopped.
+//!
+//! Between calls, an instance's whole state is its linear memory (the protocol's notes on sessions
+//! say why). After a call that returned normally, the session records its memory as a
+//! [`Snapshot`]: the pages that differ from those of a fresh instance. A call that hits a limit,
+//! traps or is cancelled leaves the instance unusable or half-changed; the session then makes a new
+//! instance and writes the snapshot into it, which is exactly the state from before that call.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use crate::outcome::RunResult;
+use crate::sandbox::{Guest, RunOptions, Sandbox, SandboxError};
+
+/// A run of code in a session: how it went, and what became of the session.
+#[derive(Debug)]
+pub struct SessionRun {
+    pub result: RunResult,
+    /// Which call of the session this was, counting from 1.
+    pub call: u64,
+    /// The call was stopped (a limit, a trap) and the session was put back to its state from
+    /// before it: nothing the call did was kept, though its output is reported.
+    pub rolled_back: bool,
+}
+
+/// An interpreter whose `__main__` lives from one call to the next.
+pub struct Session {
+    sandbox: Sandbox,
+    /// A fresh instance never run, whose memory snapshots are taken against.
+    pristine: Arc<Mutex<Guest>>,
+    guest: Guest,
+    snapshot: Snapshot,
+    state: State,
+    calls: u64,
+    /// The memory cap of the latest call, for the instance a restore makes.
+    memory_bytes: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// At rest, and the snapshot holds this state.
+    Saved,
+    /// At rest, but the last call changed memory since the snapshot.
+    Unsaved,
+    /// A call did not finish (it was cancelled, or the host failed): restore before going on.
+    Interrupted,
+}
+
+impl Session {
+    /// An empty session. Nothing is instantiated until its first call.
+    pub async fn new(sandbox: &Sandbox) -> Result<Session, SandboxError> {
+        Ok(Session {
+            pristine: sandbox.pristine().await?,
+            guest: Guest::new(sandbox),
+            sandbox: sandbox.clone(),
+            snapshot: Snapshot::default(),
+            state: State::Saved,
+            calls: 0,
+            memory_bytes: 0,
+        })
+    }
+
+    /// Runs `code` in this session's `__main__`. A Python exception keeps whatever the code did
+    /// before raising, as Python does; a limit, a trap or an exit undoes the whole call.
+    ///
+    /// Dropping the future mid-run is allowed: the session is then restored before its next call
+    /// (or by [`Session::recover`]).
+    pub async fn run(
+        &mut self,
+        code: &str,
+        options: &RunOptions,
+    ) -> Result<SessionRun, SandboxError> {
+        self.memory_bytes = options.limits.memory_bytes;
+        self.recover().await?;
+        self.save();
+        self.calls += 1;
+        let filename = format!("<call {}>", self.calls);
+        self.state = State::Interrupted;
+        let call = self
+            .guest
+            .call(&self.sandbox, code, &filename, options)
+            .await?;
+        let rolled_back = call.broken || call.result.limit().is_some();
+        if rolled_back {
+            self.restore().await?;
+        } else {
+            self.state = State::Unsaved;
+        }
+        Ok(SessionRun {
+            result: call.result,
+            call: self.calls,
+            rolled_back,
+        })
+    }
+
+    /// Restores the session if a call was left unfinished; otherwise does nothing.
+    pub async fn recover(&mut self) -> Result<(), SandboxError> {
+        if self.state == State::Interrupted {
+            self.restore().await?;
+        }
+        Ok(())
+    }
+
+    /// Records the current state as the one to go back to if the next call is stopped. Each call
+    /// does it first when needed; doing it as soon as a call is answered takes it off the next
+    /// call's path. It compares the whole memory with a fresh instance's: a few milliseconds for
+    /// each 100 MB, plus copying the pages that differ.
+    pub fn save(&mut self) {
+        if self.state != State::Unsaved {
+            return;
+        }
+        let started = Instant::now();
+        let pristine = self.pristine.lock().unwrap_or_else(PoisonError::into_inner);
+        let (Some(live), Some(base)) = (self.guest.memory(), pristine.memory()) else {
+            // Never instantiated: a fresh instance is the state to go back to.
+            self.snapshot = Snapshot::default();
+            self.state = State::Saved;
+            return;
+        };
+        self.snapshot.capture(live, base);
+        self.state = State::Saved;
+        tracing::debug!(
+            memory = live.len(),
+            saved = self.snapshot.bytes.len(),
+            micros = started.elapsed().as_micros() as u64,
+            "session snapshot"
+        );
+    }
+
+    /// Makes a new instance holding the snapshot's state.
+    async fn restore(&mut self) -> Result<(), SandboxError> {
+        let started = Instant::now();
+        self.guest = if self.snapshot.len == 0 {
+            Guest::new(&self.sandbox)
+        } else {
+            Guest::with_memory(
+                &self.sandbox,
+                self.memory_bytes,
+                self.snapshot.len,
+                self.snapshot.pages(),
+            )
+            .await?
+        };
+        self.state = State::Saved;
+        tracing::debug!(
+            micros = started.elapsed().as_micros() as u64,
+            "session restored"
+        );
+        Ok(())
+    }
+
+    /// Calls made so far, stopped ones included.
+    pub fn calls(&self) -> u64 {
+        self.calls
+    }
+
+    /// Size of the session's linear memory, in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        self.guest.memory().map_or(0, <[u8]>::len)
+    }
+
+    /// Bytes the session keeps to undo a call: the pages of its snapshot.
+    pub fn snapshot_bytes(&self) -> usize {
+        self.snapshot.bytes.capacity()
+    }
+}
+
+/// Granularity of a snapshot: the host's page size.
+const PAGE: usize = 4096;
+
+static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
+
+/// A memory at rest, as the pages that differ from a fresh instance's memory (beyond the end of
+/// that, from zero). Most of the interpreter's 60 MB image never changes, so this stays small.
+#[derive(Debug, Default)]
+struct Snapshot {
+    /// Size of the memory, in bytes; 0 stands for a fresh instance.
+    len: usize,
+    /// Offsets of the saved pages, in the order of `bytes`.
+    offsets: Vec<usize>,
+    /// The saved pages, [`PAGE`] bytes each.
+    bytes: Vec<u8>,
+}
+
+impl Snapshot {
+    fn capture(&mut self, live: &[u8], pristine: &[u8]) {
+        // Wasm memory grows in 64 KiB pages, so it always divides into whole host pages.
+        debug_assert_eq!(live.len() % PAGE, 0);
+        self.len = live.len();
+        self.offsets.clear();
+        self.bytes.clear();
+        for (i, page) in live.chunks(PAGE).enumerate() {
+            let offset = i * PAGE;
+            let base = pristine
+                .get(offset..offset + page.len())
+                .unwrap_or(&ZERO_PAGE[..page.len()]);
+            if page != base {
+                self.offsets.push(offset);
+                self.bytes.extend_from_slice(page);
+            }
+        }
+        // Keep the buffer from holding on to the largest snapshot the session ever had.
+        if self.bytes.capacity() > 2 * self.bytes.len() + (4 << 20) {
+            self.bytes.shrink_to_fit();
+            self.offsets.shrink_to_fit();
+        }
+    }
+
+    fn pages(&self) -> impl Iterator<Item = (usize, &[u8])> {
+        self.offsets.iter().copied().zip(self.bytes.chunks(PAGE))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_keeps_the_pages_that_differ_and_growth_that_is_not_zero() {
+        let pristine = vec![7u8; 4 * PAGE];
+        let mut live = pristine.clone();
+        live[PAGE + 10] = 1;
+        live.extend_from_slice(&[0u8; 2 * PAGE]);
+        live[5 * PAGE] = 9;
+        let mut snapshot = Snapshot::default();
+        snapshot.capture(&live, &pristine);
+        assert_eq!(snapshot.len, 6 * PAGE);
+        assert_eq!(snapshot.offsets, [PAGE, 5 * PAGE]);
+
+        // Writing the pages over the pristine memory, grown with zeros, gives the live memory.
+        let mut rebuilt = pristine.clone();
+        rebuilt.resize(snapshot.len, 0);
+        for (offset, bytes) in snapshot.pages() {
+            rebuilt[offset..offset + bytes.len()].copy_from_slice(bytes);
+        }
+        assert_eq!(rebuilt, live);
+
+        snapshot.capture(&pristine, &pristine);
+        assert!(snapshot.offsets.is_empty() && snapshot.bytes.is_empty());
+    }
+}

@@ -1,0 +1,240 @@
+//! Sessions in process: the real guest in real wasmtime, many calls on one instance, and the
+//! rollback that undoes a call stopped by a limit.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{runtime, sandbox, tight};
+use safe_python_executor::{ImportPolicy, Limit, Limits, RunOptions, Session, SessionRun};
+
+fn session() -> Session {
+    runtime()
+        .block_on(Session::new(sandbox()))
+        .expect("a session")
+}
+
+fn run_in(session: &mut Session, code: &str, options: &RunOptions) -> SessionRun {
+    runtime()
+        .block_on(session.run(code, options))
+        .expect("no host fault")
+}
+
+/// Runs code that must complete and returns its result.
+#[track_caller]
+fn value(session: &mut Session, code: &str) -> Option<String> {
+    let run = run_in(session, code, &RunOptions::default());
+    assert!(
+        !run.result.is_failure() && !run.rolled_back,
+        "{code:?}: {run:#?}"
+    );
+    run.result.result().map(str::to_owned)
+}
+
+fn with_limits(limits: Limits) -> RunOptions {
+    RunOptions {
+        limits,
+        ..RunOptions::default()
+    }
+}
+
+#[test]
+fn globals_functions_classes_and_imports_persist() {
+    let mut s = session();
+    value(
+        &mut s,
+        "import math\nx = 20\ndef double(v):\n    return 2 * v\nclass Box:\n    def __init__(self, v): self.v = v",
+    );
+    assert_eq!(value(&mut s, "double(x) + 2").as_deref(), Some("42"));
+    assert_eq!(
+        value(&mut s, "b = Box(math.floor(math.pi))\nb.v").as_deref(),
+        Some("3")
+    );
+    assert_eq!(value(&mut s, "b.v + x").as_deref(), Some("23"));
+    assert_eq!(s.calls(), 4);
+}
+
+#[test]
+fn a_python_exception_keeps_what_ran_before_it() {
+    let mut s = session();
+    let run = run_in(
+        &mut s,
+        "kept = 'yes'\n1 / 0\nnot_reached = 1",
+        &RunOptions::default(),
+    );
+    assert_eq!(run.result.error().unwrap().kind, "ZeroDivisionError");
+    assert!(!run.rolled_back);
+    assert_eq!(value(&mut s, "kept").as_deref(), Some("'yes'"));
+    assert_eq!(
+        value(&mut s, "'not_reached' in globals()").as_deref(),
+        Some("False")
+    );
+}
+
+#[test]
+fn tracebacks_show_the_source_of_the_call_that_defined_the_function() {
+    let mut s = session();
+    value(&mut s, "def broken():\n    return {}['missing']");
+    let run = run_in(&mut s, "x = 1\nbroken()", &RunOptions::default());
+    let traceback = &run.result.error().unwrap().traceback;
+    assert!(
+        traceback.contains("File \"<call 2>\", line 2, in <module>"),
+        "{traceback}"
+    );
+    assert!(
+        traceback.contains("File \"<call 1>\", line 2, in broken\n    return {}['missing']"),
+        "{traceback}"
+    );
+}
+
+/// Sets state, runs `code` under `limits` (it must hit `limit` after changing that state), and
+/// checks the session is back where it was, and goes on working.
+#[track_caller]
+fn rolled_back_after(limit: Limit, code: &str, options: RunOptions) {
+    let mut s = session();
+    value(&mut s, "x = 41\nitems = [1, 2, 3]");
+    let run = run_in(
+        &mut s,
+        &format!("x = 100\nitems.append(4)\n{code}"),
+        &options,
+    );
+    assert_eq!(run.result.limit(), Some(limit), "{run:#?}");
+    assert!(run.rolled_back, "{run:#?}");
+    assert_eq!(
+        value(&mut s, "(x + 1, items)").as_deref(),
+        Some("(42, [1, 2, 3])"),
+        "after {limit:?}"
+    );
+    // The restored session keeps working, and can be stopped and restored again.
+    value(&mut s, "y = x * 2");
+    let again = run_in(&mut s, &format!("x = 0\n{code}"), &options);
+    assert!(again.rolled_back);
+    assert_eq!(value(&mut s, "(x, y)").as_deref(), Some("(41, 82)"));
+}
+
+#[test]
+fn fuel_is_rolled_back() {
+    rolled_back_after(
+        Limit::Fuel,
+        "while True: pass",
+        with_limits(Limits {
+            fuel: 2_000_000_000,
+            timeout: Duration::from_secs(60),
+            ..Limits::default()
+        }),
+    );
+}
+
+#[test]
+fn timeout_is_rolled_back() {
+    rolled_back_after(
+        Limit::Timeout,
+        "import time\ntime.sleep(30)",
+        with_limits(Limits {
+            timeout: Duration::from_millis(500),
+            ..Limits::default()
+        }),
+    );
+}
+
+#[test]
+fn memory_is_rolled_back() {
+    rolled_back_after(
+        Limit::Memory,
+        "hog = []\nwhile True: hog.append('a' * 10**6)",
+        with_limits(tight()),
+    );
+}
+
+#[test]
+fn stack_overflow_is_rolled_back() {
+    rolled_back_after(
+        Limit::Stack,
+        "nested = []\nfor _ in range(200000): nested = [nested]\nrepr(nested)",
+        with_limits(tight()),
+    );
+}
+
+#[test]
+fn output_flood_is_rolled_back() {
+    rolled_back_after(
+        Limit::Output,
+        "while True: print('flood' * 100)",
+        with_limits(tight()),
+    );
+}
+
+#[test]
+fn an_exit_is_rolled_back() {
+    let mut s = session();
+    value(&mut s, "x = 41");
+    let options = RunOptions {
+        policy: Arc::new(ImportPolicy::with_extra(["os"])),
+        ..RunOptions::default()
+    };
+    let run = run_in(&mut s, "import os\nx = 0\nos._exit(3)", &options);
+    assert_eq!(run.result.error().unwrap().kind, "SystemExit");
+    assert!(run.rolled_back, "the instance is dead after proc_exit");
+    assert_eq!(value(&mut s, "x + 1").as_deref(), Some("42"));
+}
+
+#[test]
+fn a_limit_in_the_first_call_leaves_an_empty_session() {
+    let mut s = session();
+    let run = run_in(
+        &mut s,
+        "x = 1\nwhile True: pass",
+        &with_limits(Limits {
+            timeout: Duration::from_millis(300),
+            ..Limits::default()
+        }),
+    );
+    assert!(run.rolled_back);
+    assert_eq!(value(&mut s, "'x' in globals()").as_deref(), Some("False"));
+}
+
+#[test]
+fn a_cancelled_call_is_undone_before_the_next() {
+    let mut s = session();
+    value(&mut s, "x = 41");
+    runtime().block_on(async {
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(300),
+            s.run("x = 0\nwhile True: pass", &RunOptions::default()),
+        )
+        .await;
+        assert!(cancelled.is_err(), "the call should still be running");
+    });
+    assert_eq!(value(&mut s, "x + 1").as_deref(), Some("42"));
+}
+
+#[test]
+fn sessions_do_not_share_state() {
+    let mut a = session();
+    let mut b = session();
+    value(&mut a, "x = 'a'");
+    value(&mut b, "x = 'b'");
+    assert_eq!(value(&mut a, "x").as_deref(), Some("'a'"));
+    assert_eq!(value(&mut b, "x").as_deref(), Some("'b'"));
+    assert_eq!(
+        common::run("x").error().map(|e| e.kind.as_str()),
+        Some("NameError")
+    );
+}
+
+#[test]
+fn random_is_seeded_once_per_session() {
+    let mut s = session();
+    value(
+        &mut s,
+        "import random\nrandom.seed(7)\nfirst = random.random()",
+    );
+    let second = value(&mut s, "random.random()");
+    let mut t = session();
+    let expected = value(
+        &mut t,
+        "import random\nrandom.seed(7)\nrandom.random()\nrandom.random()",
+    );
+    assert_eq!(second, expected, "seeding in one call holds in the next");
+}
