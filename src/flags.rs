@@ -18,7 +18,7 @@ pub struct SandboxFlags {
     pub allow: Vec<String>,
 
     /// Wall-clock limit in seconds, sleeping included.
-    #[arg(long, value_name = "SECS", default_value_t = Limits::DEFAULT_TIMEOUT.as_secs_f64(), value_parser = parse_timeout, env = "SAFE_PYTHON_TIMEOUT")]
+    #[arg(long, value_name = "SECS", default_value_t = Limits::DEFAULT_TIMEOUT.as_secs_f64(), value_parser = parse_seconds, env = "SAFE_PYTHON_TIMEOUT")]
     pub timeout: f64,
 
     /// Memory limit in MiB (1 to 4096).
@@ -70,13 +70,14 @@ fn parse_module(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-fn parse_timeout(s: &str) -> Result<f64, String> {
+/// A duration flag: seconds, fractions allowed, more than 0 and at most a day.
+pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
     let secs: f64 = s
         .parse()
         .map_err(|_| format!("'{s}' is not a number of seconds"))?;
     if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 {
         Ok(secs)
     } else {
-        Err("the timeout must be more than 0 and at most 86400 seconds".into())
+        Err("must be more than 0 and at most 86400 seconds".into())
     }
 }

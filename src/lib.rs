@@ -16,6 +16,7 @@ pub mod outcome;
 pub mod output;
 pub mod sandbox;
 pub mod session;
+pub mod sessions;
 
 pub use cache::Prepared;
 pub use limits::{ImportPolicy, Limits};

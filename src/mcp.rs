@@ -1,14 +1,18 @@
-//! `safe-python-mcp`: an MCP server over stdio with one tool, `run_python`.
+//! `safe-python-mcp`: an MCP server over stdio with two tools, `run_python` and `list_sessions`.
 //!
 //! stdout carries the protocol and nothing else: user code's output only ever reaches the client
 //! inside protocol messages, and logs go to stderr. The guest is compiled or loaded in the
 //! background, so `initialize` and `tools/list` are answered at once even on a first start; calls
 //! wait for it. Calls run in a bounded pool; each is stopped by its limits or by
-//! `notifications/cancelled`, whichever comes first.
+//! `notifications/cancelled`, whichever comes first. Calls naming a session run in that session
+//! ([`crate::sessions`]), one at a time per session.
 
 // MCP logging (`logging/setLevel`, `notifications/message`) is deprecated by SEP-2577, but current
 // clients still use it and we were asked to support it.
 #![allow(deprecated)]
+
+mod progress;
+mod tools;
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,31 +21,25 @@ use std::time::Duration;
 use clap::Parser;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, LoggingLevel, LoggingMessageNotificationParam,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, Tool,
+    ListToolsResult, LoggingLevel, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, Tool,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
-use schemars::JsonSchema;
-use serde::Deserialize;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use tokio::sync::{Semaphore, mpsc, watch};
-use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use crate::flags::SandboxFlags;
-use crate::outcome::{Outcome, RunReport, RunResult};
+use self::progress::Progress;
+use self::tools::SessionCall;
+pub use self::tools::{
+    LIST_SESSIONS, ListSessionsArgs, MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments,
+};
+use crate::flags::{SandboxFlags, parse_seconds};
+use crate::outcome::RunResult;
 use crate::output::Stream;
 use crate::sandbox::{RunOptions, Sandbox, SandboxOptions};
-
-/// Name of the one tool.
-pub const TOOL: &str = "run_python";
-
-/// Largest `code` argument accepted, in bytes: beyond this the call is refused before it reaches
-/// the interpreter (whose parser would spend the whole timeout on it).
-pub const MAX_CODE_BYTES: usize = 1 << 20;
-
-/// Output notifications are sent at most this often, coalescing what was printed in between.
-const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+use crate::session::SessionRun;
+use crate::sessions::{SessionLimits, Sessions};
 
 /// Run Python code for an AI assistant in a WebAssembly sandbox, over MCP (stdio).
 #[derive(Debug, Parser)]
@@ -51,7 +49,8 @@ const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
     about,
     after_help = "\
 The server speaks MCP over stdin/stdout and logs to stderr (set SAFE_PYTHON_LOG=debug for more).
-Every flag can also be set through the environment variable shown with it."
+Every flag can also be set through the environment variable shown with it. Sessions live in the
+server's memory: they all end when it stops."
 )]
 pub struct Args {
     #[command(flatten)]
@@ -65,21 +64,26 @@ pub struct Args {
     /// Calls that run at once; more wait their turn [default: the number of cores].
     #[arg(long, value_name = "N", env = "SAFE_PYTHON_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub workers: Option<u16>,
+
+    /// Sessions open at once; a new one beyond this closes the least recently used. Each holds
+    /// up to the --memory limit (plus its undo snapshot).
+    #[arg(long, value_name = "N", default_value_t = SessionLimits::DEFAULT_MAX as u16, env = "SAFE_PYTHON_MAX_SESSIONS",
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub max_sessions: u16,
+
+    /// A session with no call for this many seconds is closed.
+    #[arg(long, value_name = "SECS", default_value_t = SessionLimits::DEFAULT_IDLE.as_secs_f64(),
+          value_parser = parse_seconds, env = "SAFE_PYTHON_SESSION_IDLE")]
+    pub session_idle: f64,
 }
 
-/// The arguments of `run_python`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RunPythonArgs {
-    /// The Python 3 source code to run.
-    pub code: String,
-}
-
-/// Decodes the arguments of a `run_python` call: anything a client may send is either valid
-/// arguments or an `invalid_params` error for it, never a panic.
-pub fn parse_arguments(arguments: Option<JsonObject>) -> Result<RunPythonArgs, ErrorData> {
-    serde_json::from_value(serde_json::Value::Object(arguments.unwrap_or_default()))
-        .map_err(|e| ErrorData::invalid_params(format!("invalid arguments for {TOOL}: {e}"), None))
+impl Args {
+    pub fn session_limits(&self) -> SessionLimits {
+        SessionLimits {
+            max: self.max_sessions.into(),
+            idle: Duration::from_secs_f64(self.session_idle),
+        }
+    }
 }
 
 /// The server: shared by every request handler.
@@ -90,16 +94,17 @@ struct Inner {
     options: RunOptions,
     sandbox: watch::Receiver<Option<Result<Sandbox, String>>>,
     slots: Semaphore,
-    tool: Tool,
+    sessions: Arc<Sessions>,
+    tools: Vec<Tool>,
     /// Set by `logging/setLevel`: output then also goes out as log messages.
     log_level: Mutex<Option<LoggingLevel>>,
 }
 
 impl PythonServer {
     /// Starts preparing the sandbox in the background and returns at once.
-    pub fn start(flags: &SandboxFlags, workers: usize) -> Self {
+    pub fn start(args: &Args) -> Self {
         let (ready, sandbox) = watch::channel(None);
-        let cache_dir = flags.cache_dir.clone();
+        let cache_dir = args.sandbox.cache_dir.clone();
         std::thread::spawn(move || {
             let options = SandboxOptions {
                 cache_dir,
@@ -119,13 +124,18 @@ impl PythonServer {
             }
             let _ = ready.send(Some(sandbox));
         });
-        let options = flags.run_options();
-        let tool = tool(&options);
+        let workers = args
+            .workers
+            .map(usize::from)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+        let options = args.sandbox.run_options();
+        let session_limits = args.session_limits();
         PythonServer(Arc::new(Inner {
+            tools: tools::tools(&options, session_limits),
             options,
             sandbox,
-            slots: Semaphore::new(workers.max(1)),
-            tool,
+            slots: Semaphore::new(workers),
+            sessions: Sessions::new(session_limits),
             log_level: Mutex::new(None),
         }))
     }
@@ -171,11 +181,28 @@ impl PythonServer {
             token: context.meta.get_progress_token(),
             log: log.is_some(),
         };
-        let _slot = tokio::select! {
-            slot = self.0.slots.acquire() => slot.map_err(|_| ErrorData::internal_error("the server is shutting down", None))?,
-            () = context.ct.cancelled() => return Err(cancelled()),
-        };
+        let ct = &context.ct;
         let sandbox = self.sandbox(&progress).await?;
+        // A session first (calls to one session queue here, holding no worker), then a worker.
+        let session = match &args.session {
+            Some(id) => {
+                let (handle, started) = self
+                    .0
+                    .sessions
+                    .checkout(id, args.reset, &sandbox)
+                    .await
+                    .map_err(internal)?;
+                Some((
+                    id.as_str(),
+                    started,
+                    until_cancelled(ct, handle.lock_owned()).await?,
+                ))
+            }
+            None => None,
+        };
+        let _slot = until_cancelled(ct, self.0.slots.acquire())
+            .await?
+            .map_err(|_| ErrorData::internal_error("the server is shutting down", None))?;
 
         let (sender, receiver) = mpsc::unbounded_channel();
         let streaming = progress
@@ -187,9 +214,30 @@ impl PythonServer {
                 let _ = sender.send((stream, bytes.to_vec()));
             }));
         }
-        let result = tokio::select! {
-            result = sandbox.run(&args.code, &options) => result,
-            () = context.ct.cancelled() => return Err(cancelled()),
+        let (result, session) = match session {
+            None => (
+                until_cancelled(ct, sandbox.run(&args.code, &options)).await?,
+                None,
+            ),
+            Some((id, started, mut guard)) => {
+                let ran = tokio::select! {
+                    ran = guard.run(&args.code, &options) => ran,
+                    () = ct.cancelled() => {
+                        // Undo the half-run call now rather than at the session's next call.
+                        tokio::spawn(async move { guard.recover().await });
+                        return Err(cancelled());
+                    }
+                };
+                self.0.sessions.touch(id);
+                // Record the new state while the reply goes out, not when the next call comes.
+                tokio::task::spawn_blocking(move || guard.save());
+                let SessionRun {
+                    result,
+                    call,
+                    rolled_back,
+                } = ran.map_err(internal)?;
+                (Ok(result), Some((id, started, call, rolled_back)))
+            }
         };
         // The observer holds the channel's sender: dropping it lets the forwarder finish, so every
         // output notification is sent before the result.
@@ -197,8 +245,25 @@ impl PythonServer {
         if let Some(forwarder) = streaming {
             let _ = forwarder.await;
         }
-        let result = result.map_err(|e| ErrorData::internal_error(format!("{e:#}"), None))?;
-        Ok(tool_result(&result))
+        let result: RunResult = result.map_err(internal)?;
+        let session = session.map(|(id, started, call, rolled_back)| SessionCall {
+            id,
+            started,
+            call,
+            rolled_back,
+        });
+        Ok(tools::run_reply(&result, session, self.0.sessions.limits()))
+    }
+}
+
+/// Awaits `future` unless the request is cancelled first.
+async fn until_cancelled<T>(
+    ct: &CancellationToken,
+    future: impl Future<Output = T>,
+) -> Result<T, ErrorData> {
+    tokio::select! {
+        out = future => Ok(out),
+        () = ct.cancelled() => Err(cancelled()),
     }
 }
 
@@ -206,219 +271,8 @@ fn cancelled() -> ErrorData {
     ErrorData::internal_error("the call was cancelled", None)
 }
 
-/// The tool as clients see it. The description is written for the model that will call it: what it
-/// is for, what it may import, and what comes back.
-fn tool(options: &RunOptions) -> Tool {
-    let limits = &options.limits;
-    let description = format!(
-        "Run Python 3 code in a secure sandbox and get back what it printed and the value of its last expression.\n\
-         \n\
-         - Use it for calculations, data processing, simulations and checking code: anything computed from data in the code itself.\n\
-         - Printed output (stdout and stderr) is returned, so print what you want to see.\n\
-         - The value of the last expression, or of a final assignment such as `result = ...`, is returned as its repr.\n\
-         - Only these modules can be imported: {}. Any other import fails with ImportError.\n\
-         - There are no files, no network, no environment variables and no input(): open() fails.\n\
-         - Each call starts fresh: nothing is kept between calls, so define everything you use in the same call.\n\
-         - Limits per call: {} s of wall-clock time, {} MiB of memory, {} KiB of output. Code that hits a limit is stopped and the reply says which limit.\n\
-         - An uncaught exception comes back as a Python traceback.",
-        options.policy.allowed().join(", "),
-        limits.timeout.as_secs_f64(),
-        limits.memory_bytes >> 20,
-        limits.max_output_bytes >> 10,
-    );
-    let mut tool = Tool::new(
-        TOOL,
-        description,
-        rmcp::handler::server::common::schema_for_type::<RunPythonArgs>(),
-    );
-    tool.output_schema = Some(rmcp::handler::server::common::schema_for_output::<RunReport>());
-    tool
-}
-
-/// The reply: structured content for programs, and a text block that reads well to a model (the
-/// output first, then the result or the traceback, then a sentence if a limit was hit).
-fn tool_result(result: &RunResult) -> CallToolResult {
-    let mut text = String::new();
-    if !result.stdout.is_empty() {
-        text.push_str(&result.stdout);
-        if !text.ends_with('\n') {
-            text.push('\n');
-        }
-    }
-    if !result.stderr.is_empty() {
-        text.push_str("[stderr]\n");
-        text.push_str(&result.stderr);
-        if !text.ends_with('\n') {
-            text.push('\n');
-        }
-    }
-    match &result.outcome {
-        Outcome::Completed {
-            result: Some(value),
-        } => text.push_str(&format!("Result: {value}\n")),
-        Outcome::Completed { result: None } if text.is_empty() => {
-            text.push_str("(no output and no result)\n")
-        }
-        Outcome::Completed { result: None } => {}
-        Outcome::Raised(error)
-        | Outcome::LimitReached {
-            error: Some(error), ..
-        } => text.push_str(&error.traceback),
-        Outcome::LimitReached { error: None, .. } => {}
-        Outcome::Trapped { message } => {
-            text.push_str(&format!("The interpreter failed: {message}\n"))
-        }
-    }
-    if let Some(limit) = result.limit() {
-        text.push_str(&format!(
-            "Limit reached ({}): {}\n",
-            limit.as_str(),
-            limit.explain()
-        ));
-    }
-    let structured = serde_json::to_value(result.report()).expect("a report always serialises");
-    let mut reply = if result.is_failure() {
-        CallToolResult::error(vec![ContentBlock::text(text)])
-    } else {
-        CallToolResult::success(vec![ContentBlock::text(text)])
-    };
-    reply.structured_content = Some(structured);
-    reply
-}
-
-/// Where a call's live output goes: progress notifications (when the client sent a token) and log
-/// messages (when the client set a log level).
-#[derive(Clone)]
-struct Progress {
-    peer: Peer<RoleServer>,
-    token: Option<ProgressToken>,
-    log: bool,
-}
-
-impl Progress {
-    fn is_wanted(&self) -> bool {
-        self.token.is_some() || self.log
-    }
-
-    async fn note(&self, message: &str) {
-        if let Some(token) = &self.token {
-            let _ = self
-                .peer
-                .notify_progress(
-                    ProgressNotificationParam::new(token.clone(), 0.0).with_message(message),
-                )
-                .await;
-        }
-    }
-
-    /// Sends output as it arrives: the first chunk at once, then at most one notification per
-    /// [`PROGRESS_INTERVAL`] with everything printed in between, in order. Ends when the run drops
-    /// its sender, after sending what is left.
-    async fn forward(self, mut receiver: mpsc::UnboundedReceiver<(Stream, Vec<u8>)>) {
-        let mut pending = Pending::default();
-        let mut sent_bytes = 0usize;
-        let mut next_send = Instant::now();
-        let mut open = true;
-        while open {
-            match receiver.recv().await {
-                Some((stream, bytes)) => pending.push(stream, &bytes),
-                None => break,
-            }
-            loop {
-                match tokio::time::timeout_at(next_send, receiver.recv()).await {
-                    Ok(Some((stream, bytes))) => pending.push(stream, &bytes),
-                    Ok(None) => {
-                        open = false;
-                        break;
-                    }
-                    Err(_deadline) => break,
-                }
-            }
-            for (stream, text) in pending.take() {
-                sent_bytes += text.len();
-                self.send(stream, &text, sent_bytes).await;
-            }
-            next_send = Instant::now() + PROGRESS_INTERVAL;
-        }
-        for (stream, text) in pending.take_all() {
-            sent_bytes += text.len();
-            self.send(stream, &text, sent_bytes).await;
-        }
-    }
-
-    async fn send(&self, stream: Stream, text: &str, progress: usize) {
-        let logger = match stream {
-            Stream::Stdout => "stdout",
-            Stream::Stderr => "stderr",
-        };
-        if let Some(token) = &self.token {
-            let message = match stream {
-                Stream::Stdout => text.to_owned(),
-                Stream::Stderr => format!("[stderr] {text}"),
-            };
-            let _ = self
-                .peer
-                .notify_progress(
-                    ProgressNotificationParam::new(token.clone(), progress as f64)
-                        .with_message(message),
-                )
-                .await;
-        }
-        if self.log {
-            let mut param = LoggingMessageNotificationParam::new(
-                LoggingLevel::Info,
-                serde_json::Value::String(text.to_owned()),
-            );
-            param.logger = Some(logger.to_owned());
-            let _ = self.peer.notify_logging_message(param).await;
-        }
-    }
-}
-
-/// Output waiting to be sent, in order, as runs of one stream. A UTF-8 sequence cut between two
-/// writes waits for its end rather than being sent broken.
-#[derive(Default)]
-struct Pending {
-    runs: Vec<(Stream, Vec<u8>)>,
-}
-
-impl Pending {
-    fn push(&mut self, stream: Stream, bytes: &[u8]) {
-        match self.runs.last_mut() {
-            Some((s, buf)) if *s == stream => buf.extend_from_slice(bytes),
-            _ => self.runs.push((stream, bytes.to_vec())),
-        }
-    }
-
-    /// Everything complete: all runs, less an unfinished UTF-8 sequence at the end of the last.
-    fn take(&mut self) -> Vec<(Stream, String)> {
-        let tail = self.runs.last_mut().and_then(|(stream, buf)| {
-            let tail = buf.split_off(buf.len() - incomplete_utf8_tail(buf));
-            (!tail.is_empty()).then_some((*stream, tail))
-        });
-        let out = self
-            .take_all()
-            .into_iter()
-            .filter(|(_, text)| !text.is_empty())
-            .collect();
-        self.runs.extend(tail);
-        out
-    }
-
-    fn take_all(&mut self) -> Vec<(Stream, String)> {
-        self.runs
-            .drain(..)
-            .map(|(s, b)| (s, String::from_utf8_lossy(&b).into_owned()))
-            .collect()
-    }
-}
-
-/// How many bytes at the end of `bytes` are the start of a UTF-8 sequence that is not finished.
-fn incomplete_utf8_tail(bytes: &[u8]) -> usize {
-    match std::str::from_utf8(bytes) {
-        Err(e) if e.error_len().is_none() => bytes.len() - e.valid_up_to(),
-        _ => 0,
-    }
+fn internal(e: impl std::fmt::Display) -> ErrorData {
+    ErrorData::internal_error(format!("{e:#}"), None)
 }
 
 impl ServerHandler for PythonServer {
@@ -427,7 +281,8 @@ impl ServerHandler for PythonServer {
             .with_server_info(Implementation::new("safe-python-mcp", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Runs Python code in a WebAssembly sandbox on this machine. Call run_python to compute, \
-                 test or check anything expressible in plain Python with the standard modules it lists.",
+                 test or check anything expressible in plain Python with the standard modules it lists; \
+                 give it a session name to keep state between calls.",
             )
     }
 
@@ -436,7 +291,7 @@ impl ServerHandler for PythonServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![self.0.tool.clone()]))
+        Ok(ListToolsResult::with_all_items(self.0.tools.clone()))
     }
 
     async fn call_tool(
@@ -444,14 +299,27 @@ impl ServerHandler for PythonServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        if request.name != TOOL {
-            return Err(ErrorData::invalid_params(
-                format!("unknown tool '{}': the only tool is '{TOOL}'", request.name),
-                None,
-            ));
-        }
-        let args = parse_arguments(request.arguments)?;
-        Ok(self.run_python(args, context).await?.into())
+        let reply = match request.name.as_ref() {
+            RUN_PYTHON => {
+                let args = parse_arguments(request.arguments)?;
+                self.run_python(args, context).await?
+            }
+            LIST_SESSIONS => {
+                let ListSessionsArgs {} = tools::decode(LIST_SESSIONS, request.arguments)?;
+                let sessions = &self.0.sessions;
+                sessions.expire_idle();
+                tools::sessions_reply(sessions.list(), sessions.limits())
+            }
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "unknown tool '{other}': the tools are '{RUN_PYTHON}' and '{LIST_SESSIONS}'"
+                    ),
+                    None,
+                ));
+            }
+        };
+        Ok(reply.into())
     }
 
     async fn set_level(
@@ -479,10 +347,6 @@ pub fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let workers = args
-        .workers
-        .map(usize::from)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -502,7 +366,7 @@ pub fn main() -> ExitCode {
             }
         };
     }
-    match runtime.block_on(serve(PythonServer::start(&args.sandbox, workers))) {
+    match runtime.block_on(serve(PythonServer::start(&args))) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -511,7 +375,8 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// `--check`: the sandbox starts, runs code, refuses an import and stops an endless loop.
+/// `--check`: the sandbox starts, runs code, refuses an import, stops an endless loop, and keeps a
+/// session's state through a stopped call.
 async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
     let sandbox = Sandbox::new(SandboxOptions {
         cache_dir: flags.cache_dir.clone(),
@@ -548,6 +413,17 @@ async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
         );
         println!("ok: {what} ({} ms)", result.stats.wall_ms);
     }
+    let mut session = crate::session::Session::new(&sandbox).await?;
+    let mut kept = Vec::new();
+    for code in ["x = 41", "x = 0\nwhile True: pass", "x + 1"] {
+        let run = session.run(code, &options).await?;
+        kept.push((run.result.result().map(str::to_owned), run.rolled_back));
+    }
+    anyhow::ensure!(
+        kept[1].1 && kept[2].0.as_deref() == Some("42"),
+        "the sandbox did not pass \"undoes a stopped call in a session\": {kept:?}"
+    );
+    println!("ok: undoes a stopped call in a session");
     let cache = match sandbox.prepared() {
         crate::cache::Prepared::Loaded(p) | crate::cache::Prepared::Compiled(p) => {
             p.display().to_string()
@@ -567,23 +443,41 @@ async fn serve(server: PythonServer) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
 
     #[test]
-    fn utf8_split_between_writes_is_held_back() {
-        let mut p = Pending::default();
-        let snowman = "☃".as_bytes();
-        p.push(Stream::Stdout, b"a");
-        p.push(Stream::Stdout, &snowman[..1]);
-        assert_eq!(p.take(), vec![(Stream::Stdout, "a".to_owned())]);
-        p.push(Stream::Stdout, &snowman[1..]);
-        p.push(Stream::Stderr, b"e");
+    fn the_command_line_definition_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn session_flags_map_onto_session_limits() {
+        let args = Args::try_parse_from(["safe-python-mcp"]).unwrap();
+        assert_eq!(args.session_limits(), SessionLimits::default());
+        let args = Args::try_parse_from([
+            "safe-python-mcp",
+            "--max-sessions",
+            "3",
+            "--session-idle",
+            "1.5",
+        ])
+        .unwrap();
         assert_eq!(
-            p.take(),
-            vec![
-                (Stream::Stdout, "☃".to_owned()),
-                (Stream::Stderr, "e".to_owned())
-            ]
+            args.session_limits(),
+            SessionLimits {
+                max: 3,
+                idle: Duration::from_millis(1500),
+            }
         );
-        assert!(p.take().is_empty());
+        for bad in [
+            ["--max-sessions", "0"],
+            ["--session-idle", "0"],
+            ["--session-idle", "x"],
+        ] {
+            assert!(
+                Args::try_parse_from(["safe-python-mcp"].into_iter().chain(bad)).is_err(),
+                "{bad:?} was accepted"
+            );
+        }
     }
 }
