@@ -1,7 +1,10 @@
-//! `sandbox-run`: runs a Python file, `-c` code or stdin in the sandbox.
+//! `sandbox-run`: runs a Python file, `-c` code or stdin in the sandbox, or reads entries
+//! interactively into one session (`--repl`, in [`repl`]).
 //!
 //! The flags ([`SandboxFlags`]) map one to one onto the limits and import policy; the exit code says how the run
 //! ended, so scripts can tell a Python error from a limit without parsing output.
+
+mod repl;
 
 use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -13,7 +16,7 @@ use clap::Parser;
 
 use crate::flags::SandboxFlags;
 use crate::outcome::{Outcome, RunResult};
-use crate::output::Stream;
+use crate::output::{OutputObserver, Stream};
 use crate::sandbox::{RunOptions, Sandbox, SandboxOptions};
 
 /// Exit status: the code ran to the end.
@@ -51,7 +54,7 @@ pub struct Args {
     #[arg(
         value_name = "FILE",
         conflicts_with = "code",
-        required_unless_present = "code"
+        required_unless_present_any = ["code", "repl"]
     )]
     pub file: Option<PathBuf>,
 
@@ -65,6 +68,12 @@ pub struct Args {
     /// Print one JSON object {stdout, stderr, result, error, limit, stats} instead of streaming.
     #[arg(long)]
     pub json: bool,
+
+    /// Read Python interactively, entry by entry, in one session: what an entry defines the next
+    /// can use, and an entry stopped by a limit (or Ctrl-C) is undone. The limits apply to each
+    /// entry.
+    #[arg(long, conflicts_with_all = ["file", "code", "json"])]
+    pub repl: bool,
 }
 
 impl Args {
@@ -96,14 +105,18 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { EXIT_OK });
         }
     };
-    let code = match args.read_code() {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("sandbox-run: {e:#}");
-            return ExitCode::from(EXIT_USAGE);
+    let status = if args.repl {
+        repl::run(&args.sandbox)
+    } else {
+        match args.read_code() {
+            Ok(code) => run(&args, &code),
+            Err(e) => {
+                eprintln!("sandbox-run: {e:#}");
+                return ExitCode::from(EXIT_USAGE);
+            }
         }
     };
-    match run(&args, &code) {
+    match status {
         Ok(status) => ExitCode::from(status),
         Err(e) => {
             eprintln!("sandbox-run: {e:#}");
@@ -112,26 +125,33 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
-    let sandbox = Sandbox::new(SandboxOptions {
-        cache_dir: args.sandbox.cache_dir.clone(),
+/// The sandbox, from the cache or compiled (with a notice, as that takes a while).
+fn open_sandbox(flags: &SandboxFlags) -> anyhow::Result<Sandbox> {
+    Ok(Sandbox::new(SandboxOptions {
+        cache_dir: flags.cache_dir.clone(),
         on_compile: Some(Box::new(announce_compile)),
         ..SandboxOptions::default()
-    })?;
-    let observer: Option<crate::OutputObserver> = (!args.json).then(|| {
-        Arc::new(|stream: Stream, bytes: &[u8]| {
-            // A closed pipe (`| head`) is not an error of the code: drop the output quietly.
-            let _ = match stream {
-                Stream::Stdout => io::stdout()
-                    .lock()
-                    .write_all(bytes)
-                    .and_then(|()| io::stdout().flush()),
-                Stream::Stderr => io::stderr().lock().write_all(bytes),
-            };
-        }) as crate::OutputObserver
-    });
+    })?)
+}
+
+/// Streams the code's output to this process's stdout and stderr as it is written.
+fn terminal_observer() -> OutputObserver {
+    Arc::new(|stream: Stream, bytes: &[u8]| {
+        // A closed pipe (`| head`) is not an error of the code: drop the output quietly.
+        let _ = match stream {
+            Stream::Stdout => io::stdout()
+                .lock()
+                .write_all(bytes)
+                .and_then(|()| io::stdout().flush()),
+            Stream::Stderr => io::stderr().lock().write_all(bytes),
+        };
+    })
+}
+
+fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
+    let sandbox = open_sandbox(&args.sandbox)?;
     let options = RunOptions {
-        observer,
+        observer: (!args.json).then(terminal_observer),
         ..args.sandbox.run_options()
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -166,7 +186,7 @@ fn announce_compile(path: Option<&Path>) {
 }
 
 /// After the live output: the result value, or what stopped the code.
-fn print_plain(result: &RunResult) {
+pub(crate) fn print_plain(result: &RunResult) {
     let mut out = io::stdout().lock();
     let _ = out.flush();
     if !result.stdout.is_empty() && !result.stdout.ends_with('\n') && result.result().is_some() {

@@ -262,3 +262,28 @@ fn output_streams_while_the_code_runs() {
     assert_eq!(lines.next().unwrap().unwrap(), "second");
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn repl_keeps_state_between_entries_and_undoes_a_stopped_one() {
+    let input = "x = 41\ndef f(n):\n    return n + x\n\nf(1)\nx = 0; sum(1 for _ in iter(int, 1))\nprint('x is', x)\n1/0\nf(0)\nexit()\nprint('not reached')\n";
+    let o = sandbox_run(&["--repl", "--timeout", "1"], Some(input));
+    assert_status(&o, 0);
+    // Each entry's value is shown as after -c; the endless entry set x to 0 and was undone.
+    assert_eq!(stdout(&o), "41\n42\nx is 41\n41\n");
+    let err = stderr(&o);
+    assert!(err.contains("limit reached (timeout)"), "{err}");
+    assert!(err.contains("the entry was undone"), "{err}");
+    assert!(err.contains("ZeroDivisionError"), "{err}");
+    assert!(
+        !err.contains(">>>"),
+        "no prompts when stdin is not a terminal: {err}"
+    );
+}
+
+#[test]
+fn repl_is_refused_with_code_or_json() {
+    for extra in [&["-c", "1"][..], &["--json"], &["file.py"]] {
+        let args: Vec<&str> = ["--repl"].iter().chain(extra).copied().collect();
+        assert_status(&sandbox_run(&args, None), 2);
+    }
+}

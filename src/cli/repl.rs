@@ -1,0 +1,258 @@
+//! `sandbox-run --repl`: Python read entry by entry into one [`Session`], as in Python's own
+//! REPL: what one entry defines, the next can use. The limits apply to each entry, and an entry
+//! stopped by a limit or by Ctrl-C is undone, so a runaway loop never costs the session.
+
+use std::io::{self, BufRead, IsTerminal, Write};
+
+use tokio::sync::mpsc;
+
+use super::{EXIT_OK, open_sandbox, print_plain, terminal_observer};
+use crate::flags::SandboxFlags;
+use crate::sandbox::RunOptions;
+use crate::session::Session;
+
+pub(super) fn run(flags: &SandboxFlags) -> anyhow::Result<u8> {
+    let sandbox = open_sandbox(flags)?;
+    let options = RunOptions {
+        observer: Some(terminal_observer()),
+        ..flags.run_options()
+    };
+    let interactive = io::stdin().is_terminal();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut session = Session::new(&sandbox).await?;
+        let mut lines = stdin_lines();
+        if interactive {
+            eprintln!(
+                "sandbox-run {} REPL: Python (RustPython) in a WebAssembly sandbox. Ctrl-D or exit() leaves.",
+                env!("CARGO_PKG_VERSION")
+            );
+        }
+        let mut entry = Entry::default();
+        loop {
+            if interactive {
+                eprint!("{}", if entry.is_empty() { ">>> " } else { "... " });
+                let _ = io::stderr().flush();
+            }
+            let line = tokio::select! {
+                line = lines.recv() => line,
+                _ = tokio::signal::ctrl_c() => {
+                    eprintln!("\nKeyboardInterrupt");
+                    entry = Entry::default();
+                    continue;
+                }
+            };
+            let code = match line {
+                Some(line) if entry.push(&line) => entry.take(),
+                Some(_) => continue,
+                // End of input: what was typed last still runs, as it would in a file.
+                None if !entry.is_empty() => entry.take(),
+                None => break,
+            };
+            if matches!(code.trim(), "exit()" | "quit()" | "exit" | "quit") {
+                break;
+            }
+            let ran = tokio::select! {
+                ran = session.run(&code, &options) => Some(ran?),
+                _ = tokio::signal::ctrl_c() => None,
+            };
+            let Some(ran) = ran else {
+                session.recover().await?;
+                eprintln!("\nKeyboardInterrupt: the entry was stopped and undone");
+                continue;
+            };
+            print_plain(&ran.result);
+            if ran.rolled_back {
+                eprintln!("sandbox-run: the entry was undone: the session is as it was before it");
+            }
+            if ran.result.error().is_some_and(|e| e.kind == "SystemExit") {
+                break;
+            }
+        }
+        Ok(EXIT_OK)
+    })
+}
+
+/// Lines of stdin, read on a thread of their own so that Ctrl-C can interrupt the wait.
+fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in io::stdin().lock().lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receiver
+}
+
+/// The lines of one entry, and whether they make a whole one yet: an open bracket, string or
+/// trailing backslash continues it, and a line ending in `:` (or a decorator) opens a block that
+/// a blank line ends, as in Python's REPL.
+#[derive(Debug, Default)]
+struct Entry {
+    lines: Vec<String>,
+    block: bool,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// Adds a line; true when the entry is complete.
+    fn push(&mut self, line: &str) -> bool {
+        let blank = line.trim().is_empty();
+        if self.lines.is_empty() && blank {
+            return false;
+        }
+        let open = self.scan().open;
+        if self.block && blank && !open {
+            return true;
+        }
+        self.lines.push(line.to_owned());
+        let scan = self.scan();
+        if scan.open {
+            return false;
+        }
+        if scan.last == Some(':') || line.trim_start().starts_with('@') {
+            self.block = true;
+        }
+        !self.block
+    }
+
+    fn take(&mut self) -> String {
+        let code = self.lines.join("\n");
+        *self = Entry::default();
+        code
+    }
+
+    fn scan(&self) -> Scan {
+        scan(&self.lines.join("\n"))
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Scan {
+    /// Inside brackets or a string, or after a trailing backslash.
+    open: bool,
+    /// The last character that is not blank or in a comment.
+    last: Option<char>,
+}
+
+fn scan(text: &str) -> Scan {
+    let mut depth = 0i32;
+    let mut string: Option<(char, bool)> = None;
+    let mut last = None;
+    let mut chars = text.chars().peekable();
+    let mut escaped = false;
+    while let Some(c) = chars.next() {
+        if let Some((quote, triple)) = string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == quote && !triple {
+                string = None;
+            } else if c == quote && chars.peek() == Some(&quote) {
+                chars.next();
+                if chars.peek() == Some(&quote) {
+                    chars.next();
+                    string = None;
+                }
+            } else if c == '\n' && !triple {
+                // An unterminated one-line string: Python will say so; do not wait for more.
+                string = None;
+            }
+            last = Some(c);
+            continue;
+        }
+        match c {
+            '#' => {
+                while chars.peek().is_some_and(|&n| n != '\n') {
+                    chars.next();
+                }
+                continue;
+            }
+            '\'' | '"' => {
+                let triple = chars.peek() == Some(&c) && {
+                    let mut ahead = chars.clone();
+                    ahead.next();
+                    ahead.peek() == Some(&c)
+                };
+                if triple {
+                    chars.next();
+                    chars.next();
+                } else if chars.peek() == Some(&c) {
+                    // An empty string.
+                    chars.next();
+                    last = Some(c);
+                    continue;
+                }
+                string = Some((c, triple));
+            }
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            _ => {}
+        }
+        if !c.is_whitespace() {
+            last = Some(c);
+        }
+    }
+    let backslash = text.trim_end_matches([' ', '\t']).ends_with('\\') && string.is_none();
+    Scan {
+        open: depth > 0 || string.is_some() || backslash,
+        last,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(input: &str) -> Vec<String> {
+        let mut entry = Entry::default();
+        let mut out = Vec::new();
+        for line in input.lines() {
+            if entry.push(line) {
+                out.push(entry.take());
+            }
+        }
+        if !entry.is_empty() {
+            out.push(entry.take());
+        }
+        out
+    }
+
+    #[test]
+    fn entries_end_where_python_would_run_them() {
+        assert_eq!(entries("x = 1\n\nx + 1"), ["x = 1", "x + 1"]);
+        assert_eq!(
+            entries("def f(a):\n    return a\n\nf(2)"),
+            ["def f(a):\n    return a", "f(2)"]
+        );
+        assert_eq!(
+            entries("values = [1,\n  2]  # two\nlen(values)"),
+            ["values = [1,\n  2]  # two", "len(values)"]
+        );
+        assert_eq!(
+            entries("s = '''a\n\nb'''\nx = 1 \\\n  + 2\ny = 3  # not a block:"),
+            [
+                "s = '''a\n\nb'''",
+                "x = 1 \\\n  + 2",
+                "y = 3  # not a block:"
+            ]
+        );
+        assert_eq!(
+            entries("@decorator\ndef g(): pass\n\nd = {'a': ':'}"),
+            ["@decorator\ndef g(): pass", "d = {'a': ':'}"]
+        );
+        assert_eq!(entries("e = ''\nq = \"(\""), ["e = ''", "q = \"(\""]);
+        assert_eq!(
+            entries("for i in range(2):\n    print(i)"),
+            ["for i in range(2):\n    print(i)"]
+        );
+    }
+}
