@@ -531,6 +531,16 @@ fn list_sessions() -> CallToolRequestParams {
     CallToolRequestParams::new("list_sessions")
 }
 
+/// The names `list_sessions` replied with, in its order.
+fn session_ids(listed: &CallToolResult) -> Vec<String> {
+    structured(listed)["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// Runs `code` in `session` and returns the structured reply.
 async fn session_call(client: &Client, session: &str, code: &str) -> Value {
     structured(&client.call_tool(in_session(session, code)).await.unwrap()).clone()
@@ -583,12 +593,7 @@ async fn sessions_keep_state_between_calls_and_apart_from_each_other() {
     assert_eq!(structured(&reset)["session"]["started"], "reset");
 
     let listed = client.call_tool(list_sessions()).await.unwrap();
-    let ids: Vec<&str> = structured(&listed)["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap())
-        .collect();
+    let ids = session_ids(&listed);
     assert_eq!(ids, ["a", "b"], "most recently used first");
     assert_eq!(structured(&listed)["max_sessions"], 16);
     assert!(
@@ -664,12 +669,7 @@ async fn the_least_recently_used_session_is_evicted_and_says_so() {
     );
     // Making b again evicted c, the least recently used.
     let listed = client.call_tool(list_sessions()).await.unwrap();
-    let ids: Vec<&str> = structured(&listed)["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap())
-        .collect();
+    let ids = session_ids(&listed);
     assert_eq!(ids, ["b", "a"]);
     client.cancel().await.unwrap();
 }

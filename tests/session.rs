@@ -238,3 +238,51 @@ fn random_is_seeded_once_per_session() {
     );
     assert_eq!(second, expected, "seeding in one call holds in the next");
 }
+
+/// Rollback relies on linear memory being an instance's whole state between calls: the guest may
+/// have no mutable global but the shadow-stack pointer (see the protocol's notes on sessions).
+#[test]
+fn the_guest_has_no_mutable_global_but_the_stack_pointer() {
+    use wasmparser::{KnownCustom, Name, Parser, Payload};
+    let wasm = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/wasm/safe-python-guest.wasm"
+    ))
+    .unwrap();
+    let (mut mutable, mut names) = (Vec::new(), Vec::new());
+    for payload in Parser::new(0).parse_all(&wasm) {
+        match payload.unwrap() {
+            Payload::GlobalSection(globals) => {
+                for (index, global) in globals.into_iter().enumerate() {
+                    if global.unwrap().ty.mutable {
+                        mutable.push(index as u32);
+                    }
+                }
+            }
+            Payload::CustomSection(section) => {
+                if let KnownCustom::Name(reader) = section.as_known() {
+                    for name in reader {
+                        if let Name::Global(map) = name.unwrap() {
+                            names.extend(
+                                map.into_iter()
+                                    .map(|n| n.unwrap())
+                                    .map(|n| (n.index, n.name.to_owned())),
+                            );
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mutable_names: Vec<&str> = mutable
+        .iter()
+        .map(|i| {
+            names
+                .iter()
+                .find(|(index, _)| index == i)
+                .map_or("<unnamed>", |(_, name)| name.as_str())
+        })
+        .collect();
+    assert_eq!(mutable_names, ["__stack_pointer"]);
+}
