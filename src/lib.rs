@@ -14,6 +14,7 @@ pub mod limits;
 pub mod mcp;
 pub mod outcome;
 pub mod output;
+mod pagemap;
 pub mod sandbox;
 pub mod session;
 pub mod sessions;

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use crate::outcome::RunResult;
+use crate::pagemap::{self, PAGE};
 use crate::sandbox::{Guest, RunOptions, Sandbox, SandboxError};
 
 /// A run of code in a session: how it went, and what became of the session.
@@ -104,8 +105,8 @@ impl Session {
 
     /// Records the current state as the one to go back to if the next call is stopped. Each call
     /// does it first when needed; doing it as soon as a call is answered takes it off the next
-    /// call's path. It compares the whole memory with a fresh instance's: a few milliseconds for
-    /// each 100 MB, plus copying the pages that differ.
+    /// call's path. It compares the pages the instance wrote (on Linux; elsewhere, all of them)
+    /// with a fresh instance's, and copies those that differ.
     pub fn save(&mut self) {
         if self.state != State::Unsaved {
             return;
@@ -118,7 +119,8 @@ impl Session {
             self.state = State::Saved;
             return;
         };
-        self.snapshot.capture(live, base);
+        self.snapshot
+            .capture(live, base, pagemap::written(live).as_deref());
         self.state = State::Saved;
         tracing::debug!(
             memory = live.len(),
@@ -157,7 +159,13 @@ impl Session {
 
     /// Size of the session's linear memory, in bytes.
     pub fn memory_bytes(&self) -> usize {
-        self.guest.memory().map_or(0, <[u8]>::len)
+        self.memory().map_or(0, <[u8]>::len)
+    }
+
+    /// The interpreter's linear memory: the session's whole state between calls. `None` before
+    /// its first call.
+    pub fn memory(&self) -> Option<&[u8]> {
+        self.guest.memory()
     }
 
     /// Bytes the session keeps to undo a call: the pages of its snapshot.
@@ -165,9 +173,6 @@ impl Session {
         self.snapshot.bytes.capacity()
     }
 }
-
-/// Granularity of a snapshot: the host's page size.
-const PAGE: usize = 4096;
 
 static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 
@@ -184,13 +189,18 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn capture(&mut self, live: &[u8], pristine: &[u8]) {
+    /// Records `live` against `pristine`. Pages `written` says were not written are skipped:
+    /// they still hold what a fresh instance holds.
+    fn capture(&mut self, live: &[u8], pristine: &[u8], written: Option<&[bool]>) {
         // Wasm memory grows in 64 KiB pages, so it always divides into whole host pages.
         debug_assert_eq!(live.len() % PAGE, 0);
         self.len = live.len();
         self.offsets.clear();
         self.bytes.clear();
         for (i, page) in live.chunks(PAGE).enumerate() {
+            if written.is_some_and(|w| !w[i]) {
+                continue;
+            }
             let offset = i * PAGE;
             let base = pristine
                 .get(offset..offset + page.len())
@@ -224,7 +234,7 @@ mod tests {
         live.extend_from_slice(&[0u8; 2 * PAGE]);
         live[5 * PAGE] = 9;
         let mut snapshot = Snapshot::default();
-        snapshot.capture(&live, &pristine);
+        snapshot.capture(&live, &pristine, None);
         assert_eq!(snapshot.len, 6 * PAGE);
         assert_eq!(snapshot.offsets, [PAGE, 5 * PAGE]);
 
@@ -236,7 +246,12 @@ mod tests {
         }
         assert_eq!(rebuilt, live);
 
-        snapshot.capture(&pristine, &pristine);
+        // Pages said not to be written are not even read.
+        let written = [false, false, false, false, false, true];
+        snapshot.capture(&live, &pristine, Some(&written));
+        assert_eq!(snapshot.offsets, [5 * PAGE]);
+
+        snapshot.capture(&pristine, &pristine, None);
         assert!(snapshot.offsets.is_empty() && snapshot.bytes.is_empty());
     }
 }

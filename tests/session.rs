@@ -114,6 +114,31 @@ fn rolled_back_after(limit: Limit, code: &str, options: RunOptions) {
 }
 
 #[test]
+fn a_rollback_restores_every_byte_of_memory() {
+    let mut s = session();
+    value(&mut s, "data = [str(i) for i in range(50000)]\nx = 1");
+    value(&mut s, "del data[::2]\nx = 2");
+    let before = s.memory().expect("instantiated").to_vec();
+    let run = run_in(
+        &mut s,
+        "data.extend(range(10**5))\nx = 3\nmore = 'y' * 10**6\nwhile True: pass",
+        &with_limits(Limits {
+            timeout: Duration::from_millis(500),
+            ..Limits::default()
+        }),
+    );
+    assert!(run.rolled_back, "{run:#?}");
+    let after = s.memory().expect("restored");
+    assert_eq!(after.len(), before.len());
+    let differing = after
+        .chunks(4096)
+        .zip(before.chunks(4096))
+        .filter(|(a, b)| a != b)
+        .count();
+    assert_eq!(differing, 0, "pages differ after the rollback");
+}
+
+#[test]
 fn fuel_is_rolled_back() {
     rolled_back_after(
         Limit::Fuel,
