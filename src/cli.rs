@@ -3,7 +3,7 @@
 //! The flags ([`SandboxFlags`]) map one to one onto the limits and import policy; the exit code says how the run
 //! ended, so scripts can tell a Python error from a limit without parsing output.
 
-use std::io::{self, IsTerminal, Read, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Parser;
 
+use crate::first_run::FirstRunNotice;
 use crate::flags::SandboxFlags;
 use crate::outcome::{Outcome, RunResult};
 use crate::output::Stream;
@@ -113,11 +114,14 @@ pub fn main() -> ExitCode {
 }
 
 fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
+    let notice = FirstRunNotice::to_stderr("sandbox-run");
     let sandbox = Sandbox::new(SandboxOptions {
         cache_dir: args.sandbox.cache_dir.clone(),
-        on_compile: Some(Box::new(announce_compile)),
+        on_compile: Some(notice.on_compile()),
         ..SandboxOptions::default()
-    })?;
+    });
+    notice.finish(sandbox.as_ref().ok().map(Sandbox::prepared));
+    let sandbox = sandbox?;
     let observer: Option<crate::OutputObserver> = (!args.json).then(|| {
         Arc::new(|stream: Stream, bytes: &[u8]| {
             // A closed pipe (`| head`) is not an error of the code: drop the output quietly.
@@ -145,24 +149,6 @@ fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
         print_plain(&result);
     }
     Ok(exit_status(&result))
-}
-
-fn announce_compile(path: Option<&Path>) {
-    let color = io::stderr().is_terminal();
-    let (on, off) = if color {
-        ("\x1b[1;36m", "\x1b[0m")
-    } else {
-        ("", "")
-    };
-    match path {
-        Some(p) => eprintln!(
-            "{on}sandbox-run:{off} preparing the Python sandbox for first use (takes about 30 s, once); caching it at {}",
-            p.display()
-        ),
-        None => eprintln!(
-            "{on}sandbox-run:{off} preparing the Python sandbox (no cache directory: this happens every run)"
-        ),
-    }
 }
 
 /// After the live output: the result value, or what stopped the code.
