@@ -316,6 +316,11 @@ fn cargo_install_installs_both_binaries_and_they_run() {
             .unwrap_or_else(|e| panic!("cargo install did not install {name}: {e}"))
             .len();
         eprintln!("installed {name}: {size} bytes");
+        let version = run_ok(Command::new(bin.join(name)).arg("--version"));
+        assert_eq!(
+            String::from_utf8_lossy(&version.stdout),
+            format!("{name} {}\n", env!("CARGO_PKG_VERSION"))
+        );
     }
     let out = run_ok(
         Command::new(bin.join("sandbox-run"))
