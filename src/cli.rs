@@ -6,7 +6,7 @@
 
 mod repl;
 
-use std::io::{self, IsTerminal, Read, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Parser;
 
+use crate::first_run::FirstRunNotice;
 use crate::flags::SandboxFlags;
 use crate::outcome::{Outcome, RunResult};
 use crate::output::{OutputObserver, Stream};
@@ -125,13 +126,16 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// The sandbox, from the cache or compiled (with a notice, as that takes a while).
+/// The sandbox, from the cache or compiled (with a progress line, as that takes a while).
 fn open_sandbox(flags: &SandboxFlags) -> anyhow::Result<Sandbox> {
-    Ok(Sandbox::new(SandboxOptions {
+    let notice = FirstRunNotice::to_stderr("sandbox-run");
+    let sandbox = Sandbox::new(SandboxOptions {
         cache_dir: flags.cache_dir.clone(),
-        on_compile: Some(Box::new(announce_compile)),
+        on_compile: Some(notice.on_compile()),
         ..SandboxOptions::default()
-    })?)
+    });
+    notice.finish(sandbox.as_ref().ok().map(Sandbox::prepared));
+    Ok(sandbox?)
 }
 
 /// Streams the code's output to this process's stdout and stderr as it is written.
@@ -165,24 +169,6 @@ fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
         print_plain(&result);
     }
     Ok(exit_status(&result))
-}
-
-fn announce_compile(path: Option<&Path>) {
-    let color = io::stderr().is_terminal();
-    let (on, off) = if color {
-        ("\x1b[1;36m", "\x1b[0m")
-    } else {
-        ("", "")
-    };
-    match path {
-        Some(p) => eprintln!(
-            "{on}sandbox-run:{off} preparing the Python sandbox for first use (takes about 30 s, once); caching it at {}",
-            p.display()
-        ),
-        None => eprintln!(
-            "{on}sandbox-run:{off} preparing the Python sandbox (no cache directory: this happens every run)"
-        ),
-    }
 }
 
 /// After the live output: the result value, or what stopped the code.

@@ -12,8 +12,9 @@ use crate::sandbox::RunOptions;
 /// Limits, allowed modules and the cache directory.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SandboxFlags {
-    /// Also allow importing these modules (comma-separated, repeatable), on top of: collections,
-    /// datetime, itertools, math, queue, random, re, stat, statistics, time, unicodedata.
+    /// Also allow importing these modules (comma-separated, repeatable; an empty value adds none),
+    /// on top of: collections, datetime, itertools, math, queue, random, re, stat, statistics,
+    /// time, unicodedata.
     #[arg(long, value_name = "MOD[,MOD...]", value_delimiter = ',', env = "SAFE_PYTHON_ALLOW", value_parser = parse_module)]
     pub allow: Vec<String>,
 
@@ -64,9 +65,14 @@ impl SandboxFlags {
     }
 }
 
+/// An empty name is accepted and allows nothing ([`ImportPolicy::with_extra`] skips it): installers
+/// that always pass the setting (an MCP bundle's `SAFE_PYTHON_ALLOW=${user_config...}`) may leave it
+/// blank.
 fn parse_module(s: &str) -> Result<String, String> {
     let s = s.trim();
-    validate_module_name(s)?;
+    if !s.is_empty() {
+        validate_module_name(s)?;
+    }
     Ok(s.to_owned())
 }
 
@@ -79,5 +85,29 @@ pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
         Ok(secs)
     } else {
         Err("must be more than 0 and at most 86400 seconds".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        sandbox: SandboxFlags,
+    }
+
+    #[test]
+    fn an_empty_allow_adds_nothing() {
+        let flags = Flags::try_parse_from(["prog", "--allow", "", "--allow", "json,,heapq"])
+            .unwrap()
+            .sandbox;
+        assert_eq!(
+            flags.policy().allowed(),
+            ImportPolicy::with_extra(["json", "heapq"]).allowed()
+        );
+        assert!(Flags::try_parse_from(["prog", "--allow", "json,os;rm"]).is_err());
     }
 }

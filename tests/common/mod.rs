@@ -83,3 +83,23 @@ pub fn value(code: &str) -> Option<String> {
     assert!(!r.is_failure(), "{code:?} did not complete: {r:#?}");
     r.result().map(str::to_owned)
 }
+
+/// The bodies of the fenced code blocks of `markdown` whose info string is `lang` (```json, ...).
+pub fn fenced_blocks(markdown: &str, lang: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in markdown.lines() {
+        match current.as_mut() {
+            None if line.trim_start().strip_prefix("```") == Some(lang) => {
+                current = Some(String::new())
+            }
+            Some(_) if line.trim_start() == "```" => blocks.extend(current.take()),
+            Some(block) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            None => {}
+        }
+    }
+    blocks
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Packs the release safe-python-mcp into an MCP bundle (.mcpb) that Claude Desktop installs with a
+# double click, using the official packer (@anthropic-ai/mcpb 2.x, which also validates the manifest).
+#
+#   scripts/pack-mcpb.sh [BINARY] [OUTPUT]
+#
+#   BINARY  the server to pack [default: target/release/safe-python-mcp, built if missing]
+#   OUTPUT  the bundle to write [default: target/mcpb/safe-python-executor-VERSION-PLATFORM-ARCH.mcpb]
+#   MCPB    environment: the packer command [default: npx --yes @anthropic-ai/mcpb@2]
+#
+# The binary embeds the guest, so the bundle is the binary and packaging/mcpb/manifest.json, stamped
+# with the one platform the binary runs on: a bundle built on Linux is for Linux.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+case "$(uname -s)" in
+  Linux) platform=linux exe= ;;
+  Darwin) platform=darwin exe= ;;
+  MINGW* | MSYS* | CYGWIN*) platform=win32 exe=.exe ;;
+  *) echo "pack-mcpb: unsupported platform $(uname -s)" >&2; exit 2 ;;
+esac
+
+binary=${1:-}
+if [[ -z $binary ]]; then
+  binary=$root/target/release/safe-python-mcp$exe
+  [[ -x $binary ]] || cargo build --release --locked --bin safe-python-mcp --manifest-path "$root/Cargo.toml"
+fi
+[[ -x $binary ]] || { echo "pack-mcpb: no executable at $binary" >&2; exit 2; }
+
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)
+output=${2:-$root/target/mcpb/safe-python-executor-$version-$platform-$(uname -m).mcpb}
+read -r -a mcpb <<< "${MCPB:-npx --yes @anthropic-ai/mcpb@2}"
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/server" "$(dirname "$output")"
+cp "$binary" "$stage/server/safe-python-mcp$exe"
+node -e '
+  const fs = require("fs");
+  const [src, dst, platform, exe] = process.argv.slice(1);
+  const manifest = JSON.parse(fs.readFileSync(src, "utf8"));
+  manifest.server.entry_point += exe;
+  manifest.compatibility = { ...manifest.compatibility, platforms: [platform] };
+  fs.writeFileSync(dst, JSON.stringify(manifest, null, 2) + "\n");
+' "$root/packaging/mcpb/manifest.json" "$stage/manifest.json" "$platform" "$exe"
+
+"${mcpb[@]}" pack "$stage" "$output"
+echo "pack-mcpb: wrote $output ($(wc -c < "$output") bytes)"

@@ -1,0 +1,46 @@
+//! The README's examples print what the README shows: every `$ command` line of its ```console
+//! blocks is run (with the built binaries on the PATH) and its output compared with the lines that
+//! follow it.
+
+mod common;
+
+use std::process::Command;
+
+#[test]
+fn readme_examples_print_what_the_readme_shows() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_sandbox-run"))
+        .parent()
+        .unwrap();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    let mut examples: Vec<(String, String)> = Vec::new();
+    for block in common::fenced_blocks(&readme, "console") {
+        for line in block.lines() {
+            match line.strip_prefix("$ ") {
+                Some(command) => examples.push((command.to_owned(), String::new())),
+                None => {
+                    let (_, output) = examples
+                        .last_mut()
+                        .expect("a console block starts with `$ `");
+                    output.push_str(line);
+                    output.push('\n');
+                }
+            }
+        }
+    }
+    for (command, expected) in &examples {
+        let out = Command::new("sh")
+            .args(["-c", &format!("{command} 2>&1")])
+            .env("PATH", &path)
+            .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
+            .output()
+            .unwrap();
+        assert_eq!(
+            &String::from_utf8_lossy(&out.stdout),
+            expected,
+            "the README's `{command}` prints otherwise"
+        );
+    }
+    assert!(examples.len() >= 3, "the README shows its examples");
+}
