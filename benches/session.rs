@@ -31,13 +31,16 @@ fn percentile(sorted: &[Duration], p: usize) -> f64 {
     ms(sorted[(sorted.len() * p / 100).min(sorted.len() - 1)])
 }
 
-fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+/// A `/proc/<pid>/status` figure, in MiB. `RssAnon` is the process's private memory; `VmRSS` adds
+/// the file pages it maps (the compiled guest's image, shared with every instance).
+fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let line = status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .ok_or_else(|| anyhow::anyhow!("no VmRSS"))?;
-    Ok(line.split_whitespace().nth(1).unwrap_or("0").parse()?)
+        .find(|l| l.starts_with(field))
+        .ok_or_else(|| anyhow::anyhow!("no {field}"))?;
+    let kib: f64 = line.split_whitespace().nth(1).unwrap_or("0").parse()?;
+    Ok(kib / 1024.0)
 }
 
 #[tokio::main]
@@ -70,46 +73,46 @@ async fn over_mcp() -> anyhow::Result<()> {
         times.sort();
         anyhow::Ok((percentile(&times, 50), percentile(&times, 90)))
     };
+    let pause = Duration::from_millis(20);
     let fresh = timed(None, 300, Duration::ZERO).await?;
-    let back_to_back = timed(Some("bench"), 300, Duration::ZERO).await?;
-    let paused = timed(Some("bench"), 100, Duration::from_millis(20)).await?;
-    println!("MCP per call, `1 + 1` (p50 / p90):");
-    println!(
-        "  fresh run                     {:.2} / {:.2} ms",
-        fresh.0, fresh.1
-    );
-    println!(
-        "  in a session, back to back    {:.2} / {:.2} ms  ({:.2}x fresh at p50)",
-        back_to_back.0,
-        back_to_back.1,
-        back_to_back.0 / fresh.0
-    );
-    println!(
-        "  in a session, 20 ms apart     {:.2} / {:.2} ms  ({:.2}x fresh at p50)",
-        paused.0,
-        paused.1,
-        paused.0 / fresh.0
-    );
+    let session = timed(Some("bench"), 300, Duration::ZERO).await?;
+    let fresh_paused = timed(None, 100, pause).await?;
+    let session_paused = timed(Some("bench"), 100, pause).await?;
+    println!("MCP per call, `1 + 1` (p50 / p90), fresh run vs in a session:");
+    for (label, fresh, session) in [
+        ("back to back", fresh, session),
+        ("20 ms apart ", fresh_paused, session_paused),
+    ] {
+        println!(
+            "  {label}  fresh {:.2} / {:.2} ms, session {:.2} / {:.2} ms ({:.2}x at p50)",
+            fresh.0,
+            fresh.1,
+            session.0,
+            session.1,
+            session.0 / fresh.0
+        );
+    }
 
     // Idle sessions: the server's RSS before and after opening them.
     for (label, code, count) in [
-        ("small state (x = 1)", "x = 1", 16),
-        ("10 MB of state", "data = bytearray(10 * 2**20)", 8),
+        ("x = 1", "x = 1", 16),
+        ("list(range(10**5))", "data = list(range(10**5))", 8),
+        ("list(range(10**6))", "data = list(range(10**6))", 4),
     ] {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let before = rss_kib(pid)?;
+        let (anon, rss) = (status_mib(pid, "RssAnon:")?, status_mib(pid, "VmRSS:")?);
         for i in 0..count {
-            client
+            let r = client
                 .call_tool(call(code, Some(&format!("{label}-{i}"))))
                 .await?;
+            anyhow::ensure!(r.is_error == Some(false), "{code} failed: {r:?}");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let after = rss_kib(pid)?;
+        let per = |after: f64, before: f64| (after - before) / count as f64;
         println!(
-            "idle session, {label}: {:.1} MiB of server RSS each ({count} sessions: {:.0} -> {:.0} MiB)",
-            (after.saturating_sub(before)) as f64 / 1024.0 / count as f64,
-            before as f64 / 1024.0,
-            after as f64 / 1024.0
+            "idle session holding {label:<18}: {:>6.1} MiB private, {:>6.1} MiB RSS each ({count} sessions)",
+            per(status_mib(pid, "RssAnon:")?, anon),
+            per(status_mib(pid, "VmRSS:")?, rss),
         );
     }
     client.cancel().await?;
@@ -129,9 +132,9 @@ async fn in_process() -> anyhow::Result<()> {
     let stop = "print('x' * 2000)";
     println!("in process, as the session's memory grows:");
     for (label, state) in [
-        ("fresh state", "x = 1"),
-        ("+10 MB", "data = bytearray(10 * 2**20)"),
-        ("+100 MB", "data = bytearray(100 * 2**20)"),
+        ("x = 1", "x = 1"),
+        ("10**5 ints", "data = list(range(10**5))"),
+        ("10**6 ints", "data = list(range(10**6))"),
     ] {
         let mut session = Session::new(&sandbox).await?;
         session.run(state, &options).await?;
