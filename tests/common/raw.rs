@@ -62,7 +62,9 @@ impl Raw {
 
     /// The next message that `wanted` accepts, skipping the others; every line must be JSON.
     pub fn message(&self, wanted: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        // A guard against hangs, not a timing: on a cold cache the first call waits for the guest
+        // to compile, which takes minutes on a busy two-core machine.
+        let deadline = Instant::now() + Duration::from_secs(300);
         loop {
             let line = self
                 .lines
