@@ -366,7 +366,11 @@ pub fn main() -> ExitCode {
             }
         };
     }
-    match runtime.block_on(serve(PythonServer::start(&args))) {
+    let served = runtime.block_on(serve(PythonServer::start(&args)));
+    // After a signal, a blocking read of stdin is still pending in tokio's blocking pool, and
+    // dropping the runtime would wait for it: leave it, the process is exiting.
+    runtime.shutdown_background();
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -434,10 +438,55 @@ async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Serves one client on stdio until it closes stdin (in-flight calls get rmcp's 5 s to finish) or
+/// the process is asked to stop (SIGTERM, or SIGINT / Ctrl-C): then runs in progress are dropped,
+/// which stops them, and the server exits 0 at once. A client that closes stdin before it has
+/// initialized is no failure either.
 async fn serve(server: PythonServer) -> anyhow::Result<()> {
-    let service = server.serve(rmcp::transport::stdio()).await?;
-    service.waiting().await?;
-    Ok(())
+    let session = async {
+        let service = match server.serve(rmcp::transport::stdio()).await {
+            Ok(service) => service,
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
+                tracing::info!("the client closed stdin before initializing");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        service.waiting().await?;
+        Ok(())
+    };
+    tokio::select! {
+        ended = session => ended,
+        signal = termination() => {
+            tracing::info!("{signal}: stopping the runs in progress and exiting");
+            Ok(())
+        }
+    }
+}
+
+/// Resolves with the signal's name when the process is asked to stop; never, if the handlers
+/// cannot be installed (the signals then keep their default effect).
+async fn termination() -> &'static str {
+    let signal = async {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut term = signal(SignalKind::terminate())?;
+            tokio::select! {
+                _ = term.recv() => Ok("SIGTERM"),
+                interrupted = tokio::signal::ctrl_c() => interrupted.map(|()| "SIGINT"),
+            }
+        }
+        #[cfg(not(unix))]
+        tokio::signal::ctrl_c().await.map(|()| "Ctrl-C")
+    };
+    match signal.await {
+        Ok(name) => name,
+        Err(e) => {
+            tracing::warn!("cannot handle termination signals: {e}");
+            std::future::pending().await
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,14 +11,16 @@
 //! more: the allowlist is policy, the WebAssembly boundary is what must hold.
 //!
 //! To add a case, append `{"name", "code", "expect"}` to the data file. `expect` is `completed`,
-//! `error`, `error:<ExceptionType>`, `limit`, `limit:<timeout|fuel|memory|output|stack>`, or `any`.
+//! `error`, `error:<ExceptionType>`, `limit`, `limit:<timeout|fuel|memory|output|stack>`, `refused`
+//! (a tool error before anything ran, as for code over the size limit), or `any`. A case with
+//! `"repeat": N` sends its `code` N times over, for sources too big to keep in the file.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
@@ -39,6 +41,14 @@ struct Case {
     expect: String,
     #[serde(default)]
     open_server: bool,
+    #[serde(default)]
+    repeat: Option<usize>,
+}
+
+impl Case {
+    fn source(&self) -> String {
+        self.code.repeat(self.repeat.unwrap_or(1))
+    }
 }
 
 async fn server(dir: &Path, open: bool) -> RunningService<RoleClient, ()> {
@@ -73,13 +83,15 @@ fn call(code: &str) -> CallToolRequestParams {
         .with_arguments(json!({ "code": code }).as_object().unwrap().clone())
 }
 
-/// Checks `expect` against the structured result; returns what went wrong.
-fn check_expectation(expect: &str, v: &Value) -> Result<(), String> {
+/// Checks `expect` against the reply; returns what went wrong.
+fn check_expectation(expect: &str, reply: &CallToolResult) -> Result<(), String> {
     let (kind, detail) = expect.split_once(':').unwrap_or((expect, ""));
+    let v = reply.structured_content.clone().unwrap_or(Value::Null);
     let error_type = v["error"]["type"].as_str();
     let limit = v["limit"].as_str();
     let ok = match kind {
         "any" => true,
+        "refused" => reply.is_error == Some(true) && reply.structured_content.is_none(),
         "completed" => error_type.is_none() && limit.is_none(),
         "error" => {
             error_type.is_some()
@@ -93,7 +105,8 @@ fn check_expectation(expect: &str, v: &Value) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "expected {expect}, got error {error_type:?}, limit {limit:?}"
+            "expected {expect}, got error {error_type:?}, limit {limit:?}, is_error {:?}",
+            reply.is_error
         ))
     }
 }
@@ -128,17 +141,16 @@ async fn hostile_code_never_escapes_hangs_or_kills_the_server() {
     for case in &cases {
         let client = if case.open_server { &open } else { &strict };
         let started = Instant::now();
-        let reply = client.call_tool(call(&case.code)).await;
+        let reply = client.call_tool(call(&case.source())).await;
         let took = started.elapsed();
         let mut problems = Vec::new();
         match &reply {
             Err(e) => problems.push(format!("the call failed: {e}")),
             Ok(r) => {
-                let v = r.structured_content.clone().unwrap_or(Value::Null);
-                if let Err(e) = check_expectation(&case.expect, &v) {
+                if let Err(e) = check_expectation(&case.expect, r) {
                     problems.push(e);
                 }
-                let everything = format!("{v}{:?}", r.content);
+                let everything = format!("{:?}{:?}", r.structured_content, r.content);
                 if everything.contains(CANARY_VALUE) {
                     problems.push("the canary environment variable leaked".into());
                 }

@@ -6,9 +6,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command as StdCommand, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::process::Command as StdCommand;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
@@ -19,6 +18,8 @@ use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
+
+use common::raw::Raw;
 
 const BIN: &str = env!("CARGO_BIN_EXE_safe-python-mcp");
 
@@ -363,95 +364,13 @@ async fn bad_arguments_get_errors_not_crashes() {
     client.cancel().await.unwrap();
 }
 
-/// A server spoken to in raw JSON-RPC lines.
-struct Raw {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Raw {
-    fn start() -> Raw {
-        Raw::start_with_cache(&common::cache_dir())
-    }
-
-    fn start_with_cache(cache_dir: &std::path::Path) -> Raw {
-        let mut child = StdCommand::new(BIN)
-            .env("SAFE_PYTHON_CACHE_DIR", cache_dir)
-            .env("SAFE_PYTHON_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Raw {
-            stdin: child.stdin.take(),
-            child,
-            lines,
-        }
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// The next message with this id, skipping notifications.
-    fn response(&self, id: u64) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(deadline - Instant::now())
-                .expect("a response in time");
-            let v: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("stdout carried a non-JSON line {line:?}: {e}"));
-            if v["id"] == id {
-                return v;
-            }
-        }
-    }
-
-    fn initialize(&mut self) {
-        self.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#);
-        assert!(self.response(1)["result"]["serverInfo"]["name"] == "safe-python-mcp");
-        self.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-    }
-
-    fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
-    }
-}
-
-impl Drop for Raw {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn initialize_and_tools_list_answer_at_once_even_on_a_cold_cache() {
     // An empty cache: the server is compiling the guest in the background meanwhile.
     let cold = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("cold-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cold);
-    let mut raw = Raw::start_with_cache(&cold);
+    let mut raw = Raw::start_with(&cold, &[]);
     let started = Instant::now();
     raw.initialize();
     raw.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
@@ -488,7 +407,7 @@ fn a_client_that_disconnects_mid_run_lets_the_server_exit() {
     raw.initialize();
     raw.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"while True: pass"}}}"#);
     std::thread::sleep(Duration::from_millis(300));
-    drop(raw.stdin.take());
+    raw.close_stdin();
     // rmcp gives in-flight calls 5 s to finish after the client goes away, then cancels them.
     let status = raw
         .wait_exit(Duration::from_secs(10))

@@ -1,7 +1,10 @@
 //! Shared by the integration tests: one sandbox per test binary, its compiled guest cached under
-//! `target/` so that the whole suite compiles the guest once.
+//! `target/` so that the whole suite compiles the guest once, and [`raw::Raw`], a server spoken to in
+//! raw JSON-RPC lines.
 
 #![allow(dead_code)] // each test binary uses its own subset
+
+pub mod raw;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};

@@ -1,0 +1,86 @@
+//! How `safe-python-mcp` ends when its client does not say goodbye: stdin closed at each stage of
+//! a session, and SIGTERM or SIGINT in the middle of a run. Every way out is prompt and exits 0,
+//! with stdout carrying nothing but whole JSON-RPC messages.
+//!
+//! (A client that closes stdin during a run is in `tests/mcp.rs`: rmcp gives the run 5 s first.)
+
+#![cfg(unix)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::raw::Raw;
+
+/// How long a server with nothing in flight may take to notice and exit. Generous: this tells
+/// "exits" from "hangs", it does not measure speed.
+const EXIT_WITHIN: Duration = Duration::from_secs(5);
+
+#[track_caller]
+fn assert_exits_0(raw: &mut Raw, what: &str) {
+    let status = raw
+        .wait_exit(EXIT_WITHIN)
+        .unwrap_or_else(|| panic!("{what}: the server is still running after {EXIT_WITHIN:?}"));
+    assert!(status.success(), "{what}: {status:?}");
+    raw.rest();
+}
+
+#[test]
+fn stdin_closed_before_initialize() {
+    let mut raw = Raw::start();
+    raw.close_stdin();
+    assert_exits_0(&mut raw, "stdin closed before initialize");
+}
+
+#[test]
+fn stdin_closed_right_after_initialize() {
+    let mut raw = Raw::start();
+    raw.initialize();
+    raw.close_stdin();
+    assert_exits_0(&mut raw, "stdin closed after initialize");
+}
+
+#[test]
+fn stdin_closed_while_idle_after_a_call() {
+    let mut raw = Raw::start();
+    raw.initialize();
+    raw.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"6 * 7"}}}"#);
+    assert_eq!(
+        raw.response(2)["result"]["structuredContent"]["result"],
+        "42"
+    );
+    raw.close_stdin();
+    assert_exits_0(&mut raw, "stdin closed while idle");
+}
+
+/// A signal while a run that would go on for a minute is in progress: the run is stopped and the
+/// server exits 0 at once, as a server asked to stop does.
+fn signal_during_a_run(signal: libc::c_int) {
+    let mut raw = Raw::start_with(
+        &common::cache_dir(),
+        &["--timeout", "60", "--fuel", "10000000000000"],
+    );
+    raw.initialize();
+    raw.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"print('running', flush=True)\nwhile True: pass"},"_meta":{"progressToken":"p"}}}"#);
+    // The run has started once its first output arrives.
+    raw.message(|v| {
+        v["method"] == "notifications/progress"
+            && v["params"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("running"))
+    });
+    let pid = libc::pid_t::try_from(raw.pid()).unwrap();
+    // SAFETY: kill(2) with a valid signal number on our own child, which has not been reaped.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    assert_exits_0(&mut raw, &format!("signal {signal} during a run"));
+}
+
+#[test]
+fn sigterm_during_a_run_stops_it_and_exits_0() {
+    signal_during_a_run(libc::SIGTERM);
+}
+
+#[test]
+fn sigint_during_a_run_stops_it_and_exits_0() {
+    signal_during_a_run(libc::SIGINT);
+}
