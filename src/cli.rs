@@ -255,6 +255,7 @@ mod tests {
             &["--timeout", "0"][..],
             &["--timeout", "nan"],
             &["--memory", "0"],
+            &["--memory", "31"],
             &["--memory", "5000"],
             &["--fuel", "0"],
             &["--allow", "os;rm"],

@@ -22,9 +22,9 @@ pub struct SandboxFlags {
     #[arg(long, value_name = "SECS", default_value_t = Limits::DEFAULT_TIMEOUT.as_secs_f64(), value_parser = parse_seconds, env = "SAFE_PYTHON_TIMEOUT")]
     pub timeout: f64,
 
-    /// Memory limit in MiB (1 to 4096).
+    /// Memory limit in MiB (32 to 4096; the interpreter itself takes about 29).
     #[arg(long, value_name = "MIB", default_value_t = (Limits::DEFAULT_MEMORY_BYTES >> 20) as u64,
-          value_parser = clap::value_parser!(u64).range(1..=4096), env = "SAFE_PYTHON_MEMORY")]
+          value_parser = clap::value_parser!(u64).range(32..=4096), env = "SAFE_PYTHON_MEMORY")]
     pub memory: u64,
 
     /// Instruction budget in fuel units (about 4 billion per second of compute).
