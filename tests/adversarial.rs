@@ -8,7 +8,8 @@
 //! - the canary file in the server's working directory is untouched, and no file appears.
 //!
 //! Cases marked `open_server` run against a server that allows importing os, sys, io, socket and
-//! more: the allowlist is policy, the WebAssembly boundary is what must hold.
+//! more: the allowlist is policy, the WebAssembly boundary is what must hold. The suite runs twice:
+//! fresh, and with each case in a session holding state, which must still hold it after the case.
 //!
 //! To add a case, append `{"name", "code", "expect"}` to the data file. `expect` is `completed`,
 //! `error`, `error:<ExceptionType>`, `limit`, `limit:<timeout|fuel|memory|output|stack>`, `refused`
@@ -74,14 +75,21 @@ async fn server(dir: &Path, open: bool) -> RunningService<RoleClient, ()> {
             .await
             .expect("the server starts");
     // The first call waits for the sandbox; keep it out of the timed cases.
-    client.call_tool(call("None")).await.unwrap();
+    client.call_tool(call("None", None)).await.unwrap();
     client
 }
 
-fn call(code: &str) -> CallToolRequestParams {
-    CallToolRequestParams::new("run_python")
-        .with_arguments(json!({ "code": code }).as_object().unwrap().clone())
+/// `code` as a `run_python` call, fresh or in `session`.
+fn call(code: &str, session: Option<&str>) -> CallToolRequestParams {
+    let mut args = json!({ "code": code });
+    if let Some(session) = session {
+        args["session"] = json!(session);
+    }
+    CallToolRequestParams::new("run_python").with_arguments(args.as_object().unwrap().clone())
 }
+
+/// What a session holds before each case, and must hold after it.
+const KEPT: &str = "kept = 12345";
 
 /// Checks `expect` against the reply; returns what went wrong.
 fn check_expectation(expect: &str, reply: &CallToolResult) -> Result<(), String> {
@@ -122,12 +130,23 @@ fn listing(dir: &Path) -> Vec<String> {
 
 #[tokio::test]
 async fn hostile_code_never_escapes_hangs_or_kills_the_server() {
+    run_suite(false).await;
+}
+
+/// The same cases, each in a session holding state: whatever the case does, the session still
+/// answers with its state afterwards (a case stopped by a limit is undone).
+#[tokio::test]
+async fn hostile_code_never_breaks_a_session() {
+    run_suite(true).await;
+}
+
+async fn run_suite(in_sessions: bool) {
     let cases: Vec<Case> =
         serde_json::from_str(include_str!("adversarial/cases.json")).expect("cases.json parses");
     assert!(cases.len() >= 60, "the suite has {} cases", cases.len());
 
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("adversarial-{}", std::process::id()));
+        .join(format!("adversarial-{}-{in_sessions}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(CANARY_FILE), CANARY_CONTENT).unwrap();
@@ -138,10 +157,15 @@ async fn hostile_code_never_escapes_hangs_or_kills_the_server() {
     let strict = server(&dir, false).await;
     let open = server(&dir, true).await;
     let mut failures = Vec::new();
-    for case in &cases {
+    for (i, case) in cases.iter().enumerate() {
         let client = if case.open_server { &open } else { &strict };
+        let session = in_sessions.then(|| format!("case-{i}"));
+        let session = session.as_deref();
+        if session.is_some() {
+            client.call_tool(call(KEPT, session)).await.unwrap();
+        }
         let started = Instant::now();
-        let reply = client.call_tool(call(&case.source())).await;
+        let reply = client.call_tool(call(&case.source(), session)).await;
         let took = started.elapsed();
         let mut problems = Vec::new();
         match &reply {
@@ -168,11 +192,15 @@ async fn hostile_code_never_escapes_hangs_or_kills_the_server() {
         if took > Duration::from_secs(TIMEOUT_SECS + 1) {
             problems.push(format!("took {took:?}"));
         }
-        match client.call_tool(call("6 * 7")).await {
+        let (next, expected) = match session {
+            Some(_) => ("kept * 1", "12345"),
+            None => ("6 * 7", "42"),
+        };
+        match client.call_tool(call(next, session)).await {
             Ok(r)
                 if r.structured_content
                     .as_ref()
-                    .is_some_and(|v| v["result"] == "42") => {}
+                    .is_some_and(|v| v["result"] == expected) => {}
             other => problems.push(format!(
                 "the server did not answer the next call: {other:?}"
             )),
