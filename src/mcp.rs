@@ -231,12 +231,22 @@ impl PythonServer {
                 self.0.sessions.touch(id);
                 // Record the new state while the reply goes out, not when the next call comes.
                 tokio::task::spawn_blocking(move || guard.save());
-                let SessionRun {
-                    result,
-                    call,
-                    rolled_back,
-                } = ran.map_err(internal)?;
-                (Ok(result), Some((id, started, call, rolled_back)))
+                match ran {
+                    Ok(SessionRun {
+                        result,
+                        call,
+                        rolled_back,
+                    }) => (
+                        Ok(result),
+                        Some(SessionCall {
+                            id,
+                            started,
+                            call,
+                            rolled_back,
+                        }),
+                    ),
+                    Err(e) => (Err(e), None),
+                }
             }
         };
         // The observer holds the channel's sender: dropping it lets the forwarder finish, so every
@@ -245,13 +255,7 @@ impl PythonServer {
         if let Some(forwarder) = streaming {
             let _ = forwarder.await;
         }
-        let result: RunResult = result.map_err(internal)?;
-        let session = session.map(|(id, started, call, rolled_back)| SessionCall {
-            id,
-            started,
-            call,
-            rolled_back,
-        });
+        let result = result.map_err(internal)?;
         Ok(tools::run_reply(&result, session, self.0.sessions.limits()))
     }
 }
