@@ -90,6 +90,7 @@ pub fn load_or_compile(
     if let Some(module) = try_load(engine, &path) {
         return Ok((module, Prepared::Loaded(path)));
     }
+    remove_stale_temporaries(&path);
     on_compile(Some(&path));
     let module = Module::new(engine, wasm).map_err(CacheError::Compile)?;
     match store(&module, &path) {
@@ -107,6 +108,21 @@ fn lock(dir: &Path, entry: &Path) -> io::Result<File> {
     let lock = File::create(entry.with_extension("lock"))?;
     lock.lock()?;
     Ok(lock)
+}
+
+/// Removes what a process killed while writing `entry` left behind. Temporaries are only written
+/// under the entry's lock, which the caller holds, so none of them belongs to a live writer.
+fn remove_stale_temporaries(entry: &Path) {
+    let (Some(dir), Some(name)) = (entry.parent(), entry.file_stem()) else {
+        return;
+    };
+    let prefix = format!("{}.tmp", name.to_string_lossy());
+    let Ok(files) = fs::read_dir(dir) else { return };
+    for file in files.flatten() {
+        if file.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = fs::remove_file(file.path());
+        }
+    }
 }
 
 /// Writes the compiled module under a temporary name, then renames it into place.
@@ -152,6 +168,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("spx-cache-test-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let mut compiles = 0;
+        // What a process killed mid-write would have left.
+        fs::create_dir_all(&dir).unwrap();
+        let stale = dir
+            .join(entry_name(&engine, "00"))
+            .with_extension("tmp99999");
+        fs::write(&stale, b"half a module").unwrap();
         let (_, first) = load_or_compile(&engine, EMPTY_MODULE, "00", Some(&dir), &mut |_| {
             compiles += 1
         })
@@ -163,6 +185,7 @@ mod tests {
         assert!(matches!(first, Prepared::Compiled(_)), "{first:?}");
         assert!(matches!(second, Prepared::Loaded(_)), "{second:?}");
         assert_eq!(compiles, 1);
+        assert!(!stale.exists(), "the stale temporary file is still there");
         let _ = fs::remove_dir_all(&dir);
 
         let unusable = Path::new("/proc/self/no-such-dir");
