@@ -18,12 +18,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use rmcp::ServiceExt;
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage, RequestId,
     ServerJsonRpcMessage,
 };
-use clap::Parser;
 use safe_python_executor::mcp::{self, Args, PythonServer};
 use safe_python_executor::{ImportPolicy, Limits, Outcome, RunOptions, RunResult, Sandbox};
 use safe_python_protocol::{self as protocol, Report};
