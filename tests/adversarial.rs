@@ -11,7 +11,8 @@
 //! more: the allowlist is policy, the WebAssembly boundary is what must hold. The suite runs twice:
 //! fresh, and with each case in a session holding state, which must still hold it after the case.
 //!
-//! To add a case, append `{"name", "code", "expect"}` to the data file. `expect` is `completed`,
+//! The cases live in `tests/adversarial/*.json`, one file per class of attack (`cases.json` holds the
+//! first corpus). To add a case, append `{"name", "code", "expect"}` to its class's file. `expect` is `completed`,
 //! `error`, `error:<ExceptionType>`, `limit`, `limit:<timeout|fuel|memory|output|stack>`, `refused`
 //! (a tool error before anything ran, as for code over the size limit), or `any`. A case with
 //! `"repeat": N` sends its `code` N times over, for sources too big to keep in the file.
@@ -128,6 +129,23 @@ fn listing(dir: &Path) -> Vec<String> {
     names
 }
 
+/// Every case of every class file, in file-name order. A case's name is prefixed with its class.
+fn all_cases() -> Vec<Case> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/adversarial");
+    let mut cases = Vec::new();
+    for name in listing(&dir).into_iter().filter(|n| n.ends_with(".json")) {
+        let text = std::fs::read_to_string(dir.join(&name)).unwrap();
+        let class: Vec<Case> =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name} does not parse: {e}"));
+        let prefix = name.trim_end_matches(".json");
+        cases.extend(class.into_iter().map(|mut c| {
+            c.name = format!("{prefix}/{}", c.name);
+            c
+        }));
+    }
+    cases
+}
+
 #[tokio::test]
 async fn hostile_code_never_escapes_hangs_or_kills_the_server() {
     run_suite(false).await;
@@ -141,8 +159,7 @@ async fn hostile_code_never_breaks_a_session() {
 }
 
 async fn run_suite(in_sessions: bool) {
-    let cases: Vec<Case> =
-        serde_json::from_str(include_str!("adversarial/cases.json")).expect("cases.json parses");
+    let cases = all_cases();
     assert!(cases.len() >= 60, "the suite has {} cases", cases.len());
 
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
