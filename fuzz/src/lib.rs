@@ -8,7 +8,7 @@
 //!   lengths and bytes, standing for an interpreter taken over by the code it runs.
 //!
 //! Each body panics when the host misbehaves (a crash, a hang, a wrong answer) and returns otherwise.
-//! The cargo-fuzz targets in `fuzz_targets/` call them, and so does `tests/fuzz_smoke.rs`, which
+//! The cargo-fuzz targets in `fuzz_targets/` call them, and so does `tests/it/fuzz_smoke.rs`, which
 //! replays the committed seeds under `fuzz/seeds/` and mutations of them in the normal test suite:
 //! one body, two drivers.
 

@@ -1,6 +1,6 @@
 //! Python semantics inside the sandbox: result values, errors, imports, files, Unicode.
 
-mod common;
+use crate::common;
 
 use common::{run, run_allowing, value};
 use safe_python_executor::Outcome;

@@ -2,7 +2,7 @@
 //! blocks is run (with the built binaries on the PATH) and its output compared with the lines that
 //! follow it.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

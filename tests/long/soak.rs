@@ -7,7 +7,7 @@
 
 #![cfg(target_os = "linux")]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

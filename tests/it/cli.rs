@@ -1,6 +1,6 @@
 //! `sandbox-run` as users run it: the real binary, its flags, output and exit codes.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};

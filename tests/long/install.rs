@@ -7,7 +7,7 @@
 //! time; later runs reuse `target/release`). The Smithery and bundle tests need node; the bundle
 //! test installs the official packer, `@anthropic-ai/mcpb` 2.x, under `target/mcpb-cli`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

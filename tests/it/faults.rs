@@ -2,11 +2,11 @@
 //! a session, and SIGTERM or SIGINT in the middle of a run. Every way out is prompt and exits 0,
 //! with stdout carrying nothing but whole JSON-RPC messages.
 //!
-//! (A client that closes stdin during a run is in `tests/mcp.rs`: rmcp gives the run 5 s first.)
+//! (A client that closes stdin during a run is in `tests/it/mcp.rs`: rmcp gives the run 5 s first.)
 
 #![cfg(unix)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -17,7 +17,7 @@
 //! (a tool error before anything ran, as for code over the size limit), or `any`. A case with
 //! `"repeat": N` sends its `code` N times over, for sources too big to keep in the file.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Sessions in process: the real guest in real wasmtime, many calls on one instance, and the
 //! rollback that undoes a call stopped by a limit.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

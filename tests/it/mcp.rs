@@ -4,7 +4,7 @@
 // MCP logging is deprecated by SEP-2577; the server still supports it, and this tests it.
 #![allow(deprecated)]
 
-mod common;
+use crate::common;
 
 use std::process::Command as StdCommand;
 use std::sync::{Arc, Mutex};
@@ -540,7 +540,7 @@ async fn a_call_that_hits_a_limit_is_undone_whatever_the_limit() {
     for (limit, code) in [
         ("fuel", "while True: pass"),
         ("timeout", "import time\ntime.sleep(60)"),
-        // A refused allocation; growth until the allocator aborts is tested in tests/session.rs.
+        // A refused allocation; growth until the allocator aborts is tested in tests/it/session.rs.
         ("memory", "hog = 'a' * (200 * 2**20)"),
         (
             "stack",

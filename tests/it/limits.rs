@@ -1,7 +1,7 @@
 //! Hostile code against every limit: each run must end, within its timeout plus a second, with the
 //! limit that stopped it, and leave the host able to run the next piece of code.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,10 +3,10 @@
 //! deterministic mutations of them, through the very functions cargo-fuzz drives. The hostile-guest
 //! seeds also have their expected outcomes checked here.
 
-#[path = "../fuzz/src/lib.rs"]
+#[path = "../../fuzz/src/lib.rs"]
 mod targets;
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

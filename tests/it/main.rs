@@ -1,0 +1,20 @@
+//! The integration tests: one binary (each test binary links wasmtime and Cranelift, so one link
+//! instead of a dozen), a module per surface. Every test runs the real guest in real wasmtime; the
+//! front-end tests spawn the real binaries and speak to them as their users do.
+//!
+//! Checks too slow for day-to-day work (install routes, soak) are in `tests/long`, run by
+//! `scripts/long-checks.sh`.
+
+mod common;
+
+mod adversarial;
+mod cli;
+mod faults;
+mod first_run;
+mod fuzz_smoke;
+mod limits;
+mod mcp;
+mod readme;
+mod scale;
+mod semantics;
+mod session;
