@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Packs the release safe-python-mcp into an MCP bundle (.mcpb) that Claude Desktop installs with a
-# double click, using the official packer (@anthropic-ai/mcpb 2.x, which also validates the manifest).
+# Packs the shipped safe-python-mcp (the `dist` profile) into an MCP bundle (.mcpb) that Claude
+# Desktop installs with a double click, using the official packer (@anthropic-ai/mcpb 2.x, which also validates the manifest).
 #
 #   scripts/pack-mcpb.sh [BINARY] [OUTPUT]
 #
-#   BINARY  the server to pack [default: target/release/safe-python-mcp, built if missing]
+#   BINARY  the server to pack [default: target/dist/safe-python-mcp, built if missing]
 #   OUTPUT  the bundle to write [default: target/mcpb/safe-python-executor-VERSION-PLATFORM-ARCH.mcpb]
 #   MCPB    environment: the packer command [default: npx --yes @anthropic-ai/mcpb@2]
 #
@@ -22,8 +22,8 @@ esac
 
 binary=${1:-}
 if [[ -z $binary ]]; then
-  binary=$root/target/release/safe-python-mcp$exe
-  [[ -x $binary ]] || cargo build --release --locked --bin safe-python-mcp --manifest-path "$root/Cargo.toml"
+  binary=$root/target/dist/safe-python-mcp$exe
+  [[ -x $binary ]] || cargo build --profile dist --locked --bin safe-python-mcp --manifest-path "$root/Cargo.toml"
 fi
 [[ -x $binary ]] || { echo "pack-mcpb: no executable at $binary" >&2; exit 2; }
 
