@@ -315,11 +315,12 @@ impl Sessions {
         Ok(id)
     }
 
-    /// The live session `id`, marked used now; or why there is none.
+    /// The live session `id`, or why there is none. The clone returned makes it busy; its use
+    /// counts from the end of the call ([`Sessions::touch`]), so that a long call leaves it the
+    /// least recently used, which only its being busy keeps from eviction.
     fn find(&self, id: SessionId) -> Result<Shared, SessionError> {
-        let mut registry = self.lock();
-        if let Some(entry) = registry.live.get_mut(&id) {
-            entry.last_used = Instant::now();
+        let registry = self.lock();
+        if let Some(entry) = registry.live.get(&id) {
             return Ok(entry.session.clone());
         }
         Err(match registry.gone.get(&id) {
