@@ -51,10 +51,7 @@ pub fn parse_arguments(arguments: Option<JsonObject>) -> Result<RunPythonArgs, E
 }
 
 /// Decodes the arguments of `tool`.
-pub fn decode<T: DeserializeOwned>(
-    tool: &str,
-    arguments: Option<JsonObject>,
-) -> Result<T, ErrorData> {
+fn decode<T: DeserializeOwned>(tool: &str, arguments: Option<JsonObject>) -> Result<T, ErrorData> {
     serde_json::from_value(serde_json::Value::Object(arguments.unwrap_or_default()))
         .map_err(|e| ErrorData::invalid_params(format!("invalid arguments for {tool}: {e}"), None))
 }
