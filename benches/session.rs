@@ -23,6 +23,18 @@ fn call(code: &str, session: Option<&str>) -> CallToolRequestParams {
     CallToolRequestParams::new("run_python").with_arguments(args.as_object().unwrap().clone())
 }
 
+/// Starts a session with `code`, and returns its handle.
+async fn new_session(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    code: &str,
+) -> anyhow::Result<String> {
+    let r = client.call_tool(call(code, Some("new"))).await?;
+    anyhow::ensure!(r.is_error == Some(false), "{code} failed: {r:?}");
+    r.structured_content
+        .and_then(|v| v["session"]["id"].as_str().map(str::to_owned))
+        .ok_or_else(|| anyhow::anyhow!("no session handle"))
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -74,10 +86,11 @@ async fn over_mcp() -> anyhow::Result<()> {
         anyhow::Ok((percentile(&times, 50), percentile(&times, 90)))
     };
     let pause = Duration::from_millis(20);
+    let bench = new_session(&client, "None").await?;
     let fresh = timed(None, 300, Duration::ZERO).await?;
-    let session = timed(Some("bench"), 300, Duration::ZERO).await?;
+    let session = timed(Some(&bench), 300, Duration::ZERO).await?;
     let fresh_paused = timed(None, 100, pause).await?;
-    let session_paused = timed(Some("bench"), 100, pause).await?;
+    let session_paused = timed(Some(&bench), 100, pause).await?;
     println!("MCP per call, `1 + 1` (p50 / p90), fresh run vs in a session:");
     for (label, fresh, session) in [
         ("back to back", fresh, session),
@@ -101,11 +114,8 @@ async fn over_mcp() -> anyhow::Result<()> {
     ] {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let (anon, rss) = (status_mib(pid, "RssAnon:")?, status_mib(pid, "VmRSS:")?);
-        for i in 0..count {
-            let r = client
-                .call_tool(call(code, Some(&format!("{label}-{i}"))))
-                .await?;
-            anyhow::ensure!(r.is_error == Some(false), "{code} failed: {r:?}");
+        for _ in 0..count {
+            new_session(&client, code).await?;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         let per = |after: f64, before: f64| (after - before) / count as f64;

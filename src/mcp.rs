@@ -1,11 +1,15 @@
-//! `safe-python-mcp`: an MCP server over stdio with two tools, `run_python` and `list_sessions`.
+//! `safe-python-mcp`: an MCP server over stdio with one tool, `run_python`.
 //!
 //! stdout carries the protocol and nothing else: user code's output only ever reaches the client
 //! inside protocol messages, and logs go to stderr. The guest is compiled or loaded in the
 //! background, so `initialize` and `tools/list` are answered at once even on a first start; calls
 //! wait for it. Calls run in a bounded pool; each is stopped by its limits or by
-//! `notifications/cancelled`, whichever comes first. Calls naming a session run in that session
-//! ([`crate::sessions`]), one at a time per session.
+//! `notifications/cancelled`, whichever comes first. Calls with a session handle run in that
+//! session ([`crate::sessions`]), one at a time per session.
+//!
+//! There is no tool that lists sessions: one process serves every conversation of a client, and a
+//! listing (even of counts and sizes) would tell one conversation about the others. Each reply
+//! describes the caller's own session instead.
 
 // MCP logging (`logging/setLevel`, `notifications/message`) is deprecated by SEP-2577, but current
 // clients still use it and we were asked to support it.
@@ -31,15 +35,12 @@ use tokio_util::sync::CancellationToken;
 
 use self::progress::Progress;
 use self::tools::SessionCall;
-pub use self::tools::{
-    LIST_SESSIONS, ListSessionsArgs, MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments,
-};
+pub use self::tools::{MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments};
 use crate::flags::{SandboxFlags, parse_seconds};
 use crate::outcome::RunResult;
 use crate::output::Stream;
 use crate::sandbox::{RunOptions, Sandbox, SandboxOptions};
-use crate::session::SessionRun;
-use crate::sessions::{SessionLimits, Sessions};
+use crate::sessions::{LeaseRun, SessionLimits, SessionRequest, Sessions};
 
 /// Run Python code for an AI assistant in a WebAssembly sandbox, over MCP (stdio).
 #[derive(Debug, Parser)]
@@ -49,8 +50,11 @@ use crate::sessions::{SessionLimits, Sessions};
     about,
     after_help = "\
 The server speaks MCP over stdin/stdout and logs to stderr (set SAFE_PYTHON_LOG=debug for more).
-Every flag can also be set through the environment variable shown with it. Sessions live in the
-server's memory: they all end when it stops."
+Every flag can also be set through the environment variable shown with it.
+
+Sessions: a call with session \"new\" starts one, and its reply carries the session's handle
+(128 random bits, as s_ and 32 hex digits); only calls with that handle reach it. Names such as
+\"main\" are refused. Sessions live in the server's memory: they all end when it stops."
 )]
 pub struct Args {
     #[command(flatten)]
@@ -65,8 +69,9 @@ pub struct Args {
     #[arg(long, value_name = "N", env = "SAFE_PYTHON_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub workers: Option<u16>,
 
-    /// Sessions open at once; a new one beyond this closes the least recently used. Each holds
-    /// up to the --memory limit (plus its undo snapshot).
+    /// Sessions open at once. A new one beyond this closes the least recently used idle one, and
+    /// is refused while all are running calls. Each holds at most twice the --memory limit (its
+    /// memory, and the snapshot that undoes a stopped call) plus 0.4 %.
     #[arg(long, value_name = "N", default_value_t = SessionLimits::DEFAULT_MAX as u16, env = "SAFE_PYTHON_MAX_SESSIONS",
           value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub max_sessions: u16,
@@ -184,19 +189,20 @@ impl PythonServer {
         let ct = &context.ct;
         let sandbox = self.sandbox(&progress).await?;
         // A session first (calls to one session queue here, holding no worker), then a worker.
-        let session = match &args.session {
-            Some(id) => {
-                let (handle, started) = self
-                    .0
-                    .sessions
-                    .checkout(id, args.reset, &sandbox)
-                    .await
-                    .map_err(internal)?;
-                Some((
-                    id.as_str(),
-                    started,
-                    until_cancelled(ct, handle.lock_owned()).await?,
-                ))
+        let lease = match &args.session {
+            Some(value) => {
+                let checkout = async {
+                    let request = SessionRequest::parse(value)?;
+                    self.0
+                        .sessions
+                        .checkout(request, args.reset, &sandbox)
+                        .await
+                };
+                match until_cancelled(ct, checkout).await? {
+                    Ok(lease) => Some(lease),
+                    Err(e) if e.is_refusal() => return Ok(tools::session_refused(&e)),
+                    Err(e) => return Err(internal(e)),
+                }
             }
             None => None,
         };
@@ -214,40 +220,24 @@ impl PythonServer {
                 let _ = sender.send((stream, bytes.to_vec()));
             }));
         }
-        let (result, session) = match session {
+        let (result, session) = match lease {
             None => (
                 until_cancelled(ct, sandbox.run(&args.code, &options)).await?,
                 None,
             ),
-            Some((id, started, mut guard)) => {
-                let ran = tokio::select! {
-                    ran = guard.run(&args.code, &options) => ran,
-                    () = ct.cancelled() => {
-                        // Undo the half-run call now rather than at the session's next call.
-                        tokio::spawn(async move { guard.recover().await });
-                        return Err(cancelled());
-                    }
-                };
-                self.0.sessions.touch(id);
-                // Record the new state while the reply goes out, not when the next call comes.
-                tokio::task::spawn_blocking(move || guard.save());
-                match ran {
-                    Ok(SessionRun {
-                        result,
-                        call,
-                        rolled_back,
-                    }) => (
-                        Ok(result),
-                        Some(SessionCall {
-                            id,
-                            started,
-                            call,
-                            rolled_back,
-                        }),
-                    ),
-                    Err(e) => (Err(e), None),
-                }
-            }
+            Some(lease) => match lease.run(&args.code, &options, ct.cancelled()).await {
+                Ok(None) => return Err(cancelled()),
+                Ok(Some(LeaseRun { id, started, run })) => (
+                    Ok(run.result),
+                    Some(SessionCall {
+                        id: id.to_string(),
+                        started,
+                        call: run.call,
+                        rolled_back: run.rolled_back,
+                    }),
+                ),
+                Err(e) => (Err(e), None),
+            },
         };
         // The observer holds the channel's sender: dropping it lets the forwarder finish, so every
         // output notification is sent before the result.
@@ -256,7 +246,7 @@ impl PythonServer {
             let _ = forwarder.await;
         }
         let result = result.map_err(internal)?;
-        Ok(tools::run_reply(&result, session, self.0.sessions.limits()))
+        Ok(tools::run_reply(&result, session))
     }
 }
 
@@ -286,7 +276,7 @@ impl ServerHandler for PythonServer {
             .with_instructions(
                 "Runs Python code in a WebAssembly sandbox on this machine. Call run_python to compute, \
                  test or check anything expressible in plain Python with the standard modules it lists; \
-                 give it a session name to keep state between calls.",
+                 pass session \"new\" to start a session that keeps state between calls, then the handle its reply returns.",
             )
     }
 
@@ -308,17 +298,9 @@ impl ServerHandler for PythonServer {
                 let args = parse_arguments(request.arguments)?;
                 self.run_python(args, context).await?
             }
-            LIST_SESSIONS => {
-                let ListSessionsArgs {} = tools::decode(LIST_SESSIONS, request.arguments)?;
-                let sessions = &self.0.sessions;
-                sessions.expire_idle();
-                tools::sessions_reply(sessions.list(), sessions.limits())
-            }
             other => {
                 return Err(ErrorData::invalid_params(
-                    format!(
-                        "unknown tool '{other}': the tools are '{RUN_PYTHON}' and '{LIST_SESSIONS}'"
-                    ),
+                    format!("unknown tool '{other}': the only tool is '{RUN_PYTHON}'"),
                     None,
                 ));
             }

@@ -25,6 +25,7 @@ use rmcp::model::{
     ServerJsonRpcMessage,
 };
 use safe_python_executor::mcp::{self, Args, PythonServer};
+use safe_python_executor::sessions::SessionRequest;
 use safe_python_executor::{ImportPolicy, Limits, Outcome, RunOptions, RunResult, Sandbox};
 use safe_python_protocol::{self as protocol, Report};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -41,24 +42,52 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     &RUNTIME
 }
 
-/// `run_python`'s arguments: any JSON object is either accepted, when it is exactly `{"code":
-/// <string>}`, or refused with an error; anything else is not an argument object at all.
+/// `run_python`'s arguments: any JSON object is either accepted, when it holds a string `code`,
+/// optionally a string (or null) `session` and a boolean `reset` (which needs a `session`), and
+/// nothing else; or refused with an error; anything else is not an argument object at all. An
+/// accepted `session` reaches a session only in the form the schema's pattern gives (`"new"`, or
+/// `s_` and 32 lowercase hexadecimal digits); any other is refused, saying how to start one.
 pub fn run_python_args(data: &[u8]) {
-    let arguments = match serde_json::from_slice::<serde_json::Value>(data) {
-        Ok(serde_json::Value::Object(map)) => Some(map),
-        Ok(serde_json::Value::Null) => None,
+    use serde_json::Value;
+    let arguments = match serde_json::from_slice::<Value>(data) {
+        Ok(Value::Object(map)) => Some(map),
+        Ok(Value::Null) => None,
         _ => return,
     };
-    let well_formed = arguments
-        .as_ref()
-        .is_some_and(|map| map.len() == 1 && map.get("code").is_some_and(|c| c.is_string()));
+    let well_formed = arguments.as_ref().is_some_and(|map| {
+        let session = map.get("session").filter(|s| !s.is_null());
+        let reset = map.get("reset");
+        map.get("code").is_some_and(Value::is_string)
+            && session.is_none_or(Value::is_string)
+            && reset.is_none_or(Value::is_boolean)
+            && !(reset == Some(&Value::Bool(true)) && session.is_none())
+            && map
+                .keys()
+                .all(|k| ["code", "session", "reset"].contains(&k.as_str()))
+    });
     match mcp::parse_arguments(arguments.clone()) {
         Ok(args) => {
             assert!(well_formed, "accepted {arguments:?}");
+            let arguments = arguments.unwrap();
+            assert_eq!(Some(args.code.as_str()), arguments["code"].as_str());
             assert_eq!(
-                Some(args.code.as_str()),
-                arguments.unwrap()["code"].as_str()
+                args.session.as_deref(),
+                arguments.get("session").and_then(Value::as_str)
             );
+            if let Some(session) = &args.session {
+                let hex = session.strip_prefix("s_").unwrap_or_default();
+                let handle = hex.len() == 32
+                    && hex
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                match SessionRequest::parse(session) {
+                    Ok(_) => assert!(session == "new" || handle, "{session:?} was taken"),
+                    Err(e) => {
+                        assert!(session != "new" && !handle, "{session:?}: {e}");
+                        assert!(e.to_string().contains("session: \"new\""), "{e}");
+                    }
+                }
+            }
         }
         Err(e) => assert!(!well_formed, "refused {arguments:?}: {e:?}"),
     }

@@ -1,15 +1,19 @@
-//! `sandbox-run --repl`: Python read entry by entry into one [`Session`], as in Python's own
-//! REPL: what one entry defines, the next can use. The limits apply to each entry, and an entry
-//! stopped by a limit or by Ctrl-C is undone, so a runaway loop never costs the session.
+//! `sandbox-run --repl`: Python read entry by entry into one session, as in Python's own REPL:
+//! what one entry defines, the next can use. The limits apply to each entry, and an entry stopped
+//! by a limit or by Ctrl-C is undone, so a runaway loop never costs the session.
+//!
+//! The session goes through the same life cycle as an MCP session call ([`Sessions`]): the REPL
+//! starts it with [`SessionRequest::New`] and keeps its handle, which never leaves the process.
 
 use std::io::{self, BufRead, IsTerminal, Write};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
 use super::{EXIT_OK, open_sandbox, print_plain, terminal_observer};
 use crate::flags::SandboxFlags;
 use crate::sandbox::RunOptions;
-use crate::session::Session;
+use crate::sessions::{SessionLimits, SessionRequest, Sessions};
 
 pub(super) fn run(flags: &SandboxFlags) -> anyhow::Result<u8> {
     let sandbox = open_sandbox(flags)?;
@@ -22,7 +26,12 @@ pub(super) fn run(flags: &SandboxFlags) -> anyhow::Result<u8> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let mut session = Session::new(&sandbox).await?;
+        // One session, which does not expire while the REPL waits for input.
+        let sessions = Sessions::new(SessionLimits {
+            max: 1,
+            idle: Duration::MAX,
+        });
+        let mut request = SessionRequest::New;
         let mut lines = stdin_lines();
         if interactive {
             eprintln!(
@@ -54,12 +63,16 @@ pub(super) fn run(flags: &SandboxFlags) -> anyhow::Result<u8> {
             if matches!(code.trim(), "exit()" | "quit()" | "exit" | "quit") {
                 break;
             }
-            let ran = tokio::select! {
-                ran = session.run(&code, &options) => Some(ran?),
-                _ = tokio::signal::ctrl_c() => None,
+            let lease = sessions.checkout(request, false, &sandbox).await?;
+            request = SessionRequest::Continue(lease.id());
+            let interrupted = async {
+                if tokio::signal::ctrl_c().await.is_err() {
+                    // Without a handler, Ctrl-C keeps its default effect; never cancel here.
+                    std::future::pending::<()>().await;
+                }
             };
-            let Some(ran) = ran else {
-                session.recover().await?;
+            let Some(ran) = lease.run(&code, &options, interrupted).await?.map(|r| r.run) else {
+                // The next entry waits for the undoing to finish.
                 eprintln!("\nKeyboardInterrupt: the entry was stopped and undone");
                 continue;
             };

@@ -1,4 +1,4 @@
-//! The two tools as clients see them: their arguments, their descriptions (written for the model
+//! The tool as clients see it: their arguments, their descriptions (written for the model
 //! that calls them), and their replies (structured content for programs, and a text block that
 //! reads well to a model).
 
@@ -10,19 +10,14 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::outcome::{Outcome, RunReport, RunResult};
 use crate::sandbox::RunOptions;
-use crate::sessions::{SessionInfo, SessionLimits, Start};
+use crate::sessions::{SessionLimits, Start, minutes};
 
 /// Runs code.
 pub const RUN_PYTHON: &str = "run_python";
-/// Lists the live sessions.
-pub const LIST_SESSIONS: &str = "list_sessions";
 
 /// Largest `code` argument accepted, in bytes: beyond this the call is refused before it reaches
 /// the interpreter (whose parser would spend the whole timeout on it).
 pub const MAX_CODE_BYTES: usize = 1 << 20;
-
-/// Longest session name, in characters.
-pub const MAX_SESSION_NAME_CHARS: usize = 64;
 
 /// The arguments of `run_python`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -30,64 +25,38 @@ pub const MAX_SESSION_NAME_CHARS: usize = 64;
 pub struct RunPythonArgs {
     /// The Python 3 source code to run.
     pub code: String,
-    /// Name of a session to run the code in (any short name, e.g. "analysis"). Calls with the
-    /// same session share variables, functions, classes and imports; the first call creates it.
-    /// Leave it out to run the code fresh and isolated.
+    /// "new" to start a session, or the handle a reply returned (structuredContent.session.id,
+    /// e.g. "s_3f9c…", 32 hex digits) to continue it. Calls in one session share variables,
+    /// functions, classes and imports. Leave it out to run the code fresh and isolated.
     #[serde(default)]
+    #[schemars(pattern(crate::sessions::SESSION_PATTERN))]
     pub session: Option<String>,
-    /// With `session`: discard that session's state first, so the code runs in an empty one.
+    /// With a session handle: empty that session first, so the code runs in an empty one.
     #[serde(default)]
     pub reset: bool,
 }
-
-/// The arguments of `list_sessions`: none.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ListSessionsArgs {}
 
 /// Decodes the arguments of a `run_python` call: anything a client may send is either valid
 /// arguments or an `invalid_params` error for it, never a panic.
 pub fn parse_arguments(arguments: Option<JsonObject>) -> Result<RunPythonArgs, ErrorData> {
     let args: RunPythonArgs = decode(RUN_PYTHON, arguments)?;
-    match &args.session {
-        Some(name) => check_session_name(name)?,
-        None if args.reset => {
-            return Err(ErrorData::invalid_params(
-                "`reset` needs `session`: the name of the session to reset",
-                None,
-            ));
-        }
-        None => {}
+    if args.reset && args.session.is_none() {
+        return Err(ErrorData::invalid_params(
+            "`reset` needs `session`: the handle of the session to reset",
+            None,
+        ));
     }
+    // Whether `session` is "new" or a live handle is the sessions' to say, in a tool reply.
     Ok(args)
 }
 
 /// Decodes the arguments of `tool`.
-pub fn decode<T: DeserializeOwned>(
-    tool: &str,
-    arguments: Option<JsonObject>,
-) -> Result<T, ErrorData> {
+fn decode<T: DeserializeOwned>(tool: &str, arguments: Option<JsonObject>) -> Result<T, ErrorData> {
     serde_json::from_value(serde_json::Value::Object(arguments.unwrap_or_default()))
         .map_err(|e| ErrorData::invalid_params(format!("invalid arguments for {tool}: {e}"), None))
 }
 
-fn check_session_name(name: &str) -> Result<(), ErrorData> {
-    let chars = name.chars().count();
-    if name.trim().is_empty()
-        || chars > MAX_SESSION_NAME_CHARS
-        || name.chars().any(char::is_control)
-    {
-        return Err(ErrorData::invalid_params(
-            format!(
-                "invalid session name {name:?}: use 1 to {MAX_SESSION_NAME_CHARS} characters, not all blank, with no control characters"
-            ),
-            None,
-        ));
-    }
-    Ok(())
-}
-
-/// Both tools, described for the model with this server's limits and allowlist.
+/// The tool, described for the model with this server's limits and allowlist.
 pub fn tools(options: &RunOptions, sessions: SessionLimits) -> Vec<Tool> {
     let limits = &options.limits;
     let idle = minutes(sessions.idle.as_secs_f64());
@@ -100,9 +69,9 @@ pub fn tools(options: &RunOptions, sessions: SessionLimits) -> Vec<Tool> {
          - Only these modules can be imported: {allowed}. Any other import fails with ImportError.\n\
          - There are no files, no network, no environment variables and no input(): open() fails.\n\
          - Without `session`, each call starts fresh: nothing is kept, so define everything you use in the same call.\n\
-         - With `session` (a name you choose, e.g. \"main\"), calls share state like cells of a notebook: variables, functions, classes and imports defined in one call are there in the next. Use it for work in steps, such as loading data once and analysing it in later calls. `reset: true` empties the session first.\n\
+         - Sessions keep state between calls like cells of a notebook: variables, functions, classes and imports defined in one call are there in the next. Use them for work in steps, such as loading data once and analysing it in later calls. Pass `session: \"new\"` to start one: the reply gives its handle (`session.id`, like \"s_\" and 32 hex digits). Pass that handle as `session` in later calls to continue it; `reset: true` with the handle empties it first. Handles are private: only the conversation that started a session has its handle, and any other value (a name such as \"main\") is an error.\n\
          - A call that hits a limit is undone: its session goes back to its state from before that call, and the reply says so. An exception does not undo what ran before it.\n\
-         - Sessions end after {idle} without a call, when more than {max} are open (the least recently used goes first), or when the server stops; the reply says when a session had ended and started again empty. {LIST_SESSIONS} shows the open ones.\n\
+         - A session ends after {idle} without a call, when it is the least recently used idle one and a new session needs room (at most {max} are open), or when the server stops; a call with its handle then gets an error saying so: start a new session with \"new\". When all {max} are running calls, a new session is refused until one finishes.\n\
          - Limits per call: {timeout} s of wall-clock time, {memory} MiB of memory, {output} KiB of output. Code that hits a limit is stopped and the reply says which limit.\n\
          - An uncaught exception comes back as a Python traceback.",
         allowed = options.policy.allowed().join(", "),
@@ -113,22 +82,7 @@ pub fn tools(options: &RunOptions, sessions: SessionLimits) -> Vec<Tool> {
     );
     let mut run_python = Tool::new(RUN_PYTHON, run, schema_for_type::<RunPythonArgs>());
     run_python.output_schema = Some(schema_for_output::<CallReport>());
-    let list = format!(
-        "List the open sessions of {RUN_PYTHON}: their names, how many calls each has had, how long each has been idle and the memory it holds. \
-         At most {} sessions stay open; one idle for {idle} is closed.",
-        sessions.max
-    );
-    let mut list_sessions = Tool::new(LIST_SESSIONS, list, schema_for_type::<ListSessionsArgs>());
-    list_sessions.output_schema = Some(schema_for_output::<SessionsReport>());
-    vec![run_python, list_sessions]
-}
-
-fn minutes(secs: f64) -> String {
-    if secs >= 60.0 {
-        format!("{} min", (secs / 60.0 * 10.0).round() / 10.0)
-    } else {
-        format!("{secs} s")
-    }
+    vec![run_python]
 }
 
 /// The structured content of a `run_python` reply.
@@ -136,7 +90,7 @@ fn minutes(secs: f64) -> String {
 pub struct CallReport {
     #[serde(flatten)]
     pub run: RunReport,
-    /// Present when the call named a session.
+    /// Present when the call ran in a session.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionReport>,
 }
@@ -144,21 +98,21 @@ pub struct CallReport {
 /// What a call did to its session.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct SessionReport {
-    /// The session's name.
+    /// The session's handle: pass it as `session` to continue the session. Only this reply (and
+    /// later ones in the session) carry it.
     pub id: String,
     /// Which call of the session this was, counting from 1.
     pub call: u64,
-    /// Set when this call found the session empty, and why: `new` (first use of the name), `reset`
-    /// (asked for), `evicted` (it had been closed to make room for newer sessions) or `expired`
-    /// (it had been closed after the idle timeout). Earlier definitions are then gone.
+    /// Set when this call found the session empty, and why: `new` (the call started it) or
+    /// `reset` (asked for).
     pub started: Option<Start>,
     /// The call hit a limit and was undone: the session is as it was before the call.
     pub rolled_back: bool,
 }
 
 /// A session call as the reply describes it (see [`SessionReport`]).
-pub struct SessionCall<'a> {
-    pub id: &'a str,
+pub struct SessionCall {
+    pub id: String,
     pub started: Option<Start>,
     pub call: u64,
     pub rolled_back: bool,
@@ -166,11 +120,7 @@ pub struct SessionCall<'a> {
 
 /// The reply to `run_python`: the output first, then the result or the traceback, then a sentence
 /// for a hit limit, then what happened to the session.
-pub fn run_reply(
-    result: &RunResult,
-    session: Option<SessionCall<'_>>,
-    limits: SessionLimits,
-) -> CallToolResult {
+pub fn run_reply(result: &RunResult, session: Option<SessionCall>) -> CallToolResult {
     let mut text = String::new();
     for (header, stream) in [("", &result.stdout), ("[stderr]\n", &result.stderr)] {
         if !stream.is_empty() {
@@ -206,20 +156,12 @@ pub fn run_reply(
         ));
     }
     if let Some(s) = &session {
-        if let Some(note) = start_note(s.id, s.started, limits) {
-            text.push_str(&note);
-        }
-        if s.rolled_back {
-            text.push_str(&format!(
-                "Session '{}' was restored to its state from before this call: nothing this call did was kept.\n",
-                s.id
-            ));
-        }
+        text.push_str(&session_note(s));
     }
     let report = CallReport {
         run: result.report(),
         session: session.map(|s| SessionReport {
-            id: s.id.to_owned(),
+            id: s.id,
             call: s.call,
             started: s.started,
             rolled_back: s.rolled_back,
@@ -235,66 +177,29 @@ pub fn run_reply(
     reply
 }
 
-/// A sentence when the session had ended before this call, so that a `NameError` for something
-/// defined earlier is not a mystery.
-fn start_note(id: &str, started: Option<Start>, limits: SessionLimits) -> Option<String> {
-    let why = match started? {
-        Start::New | Start::Reset => return None,
-        Start::Evicted => format!(
-            "it was closed to make room, as more than {} sessions were open and it was the least recently used",
-            limits.max
-        ),
-        Start::Expired => format!(
-            "it was closed after {} without a call",
-            minutes(limits.idle.as_secs_f64())
-        ),
-    };
-    Some(format!(
-        "Note: session '{id}' had ended ({why}). This call ran in a new, empty session: anything defined before is gone.\n"
-    ))
-}
-
-/// The structured content of a `list_sessions` reply.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct SessionsReport {
-    /// The open sessions, most recently used first.
-    pub sessions: Vec<SessionInfo>,
-    /// Sessions that may be open at once.
-    pub max_sessions: usize,
-    /// A session with no call for this many seconds is closed.
-    pub idle_timeout_seconds: f64,
-}
-
-pub fn sessions_reply(sessions: Vec<SessionInfo>, limits: SessionLimits) -> CallToolResult {
-    let mut text = if sessions.is_empty() {
-        "No open sessions.\n".to_owned()
-    } else {
-        format!(
-            "{} open session(s) of at most {}:\n",
-            sessions.len(),
-            limits.max
-        )
-    };
-    for s in &sessions {
-        match (s.calls, s.memory_bytes) {
-            (Some(calls), Some(memory)) => text.push_str(&format!(
-                "- {}: {calls} call(s), idle {:.0} s, {} MiB of memory\n",
-                s.id,
-                s.idle_seconds,
-                memory >> 20
-            )),
-            _ => text.push_str(&format!("- {}: running a call now\n", s.id)),
+/// What the call did to its session, in words: clients that show the model only the text still
+/// give it the handle of a session it started.
+fn session_note(s: &SessionCall) -> String {
+    let id = &s.id;
+    let mut note = match s.started {
+        Some(Start::New) => {
+            format!("Session started: {id}. Pass session: \"{id}\" to run later code in it.\n")
         }
-    }
-    let report = SessionsReport {
-        sessions,
-        max_sessions: limits.max,
-        idle_timeout_seconds: limits.idle.as_secs_f64(),
+        Some(Start::Reset) => format!("Session {id} was emptied before this call.\n"),
+        None => String::new(),
     };
-    let mut reply = CallToolResult::success(vec![ContentBlock::text(text)]);
-    reply.structured_content =
-        Some(serde_json::to_value(report).expect("a report always serialises"));
-    reply
+    if s.rolled_back {
+        note.push_str(&format!(
+            "Session {id} was restored to its state from before this call: nothing this call did was kept.\n"
+        ));
+    }
+    note
+}
+
+/// A [`SessionError`](crate::sessions::SessionError) that is the caller's to fix, as a tool
+/// error: it says how to start a session.
+pub fn session_refused(e: &crate::sessions::SessionError) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(format!("{e}\n"))])
 }
 
 #[cfg(test)]
@@ -307,18 +212,26 @@ mod tests {
     }
 
     #[test]
-    fn session_names_and_reset_are_checked() {
-        assert!(args(json!({"code": "1", "session": "analysis 2"})).is_ok());
+    fn session_arguments_are_decoded_and_checked_by_the_sessions() {
+        // Any string reaches the sessions, which answer in a tool reply.
+        assert!(args(json!({"code": "1", "session": "new"})).is_ok());
         assert!(args(json!({"code": "1", "session": "main", "reset": true})).is_ok());
         for bad in [
-            json!({"code": "1", "session": ""}),
-            json!({"code": "1", "session": "   "}),
-            json!({"code": "1", "session": "a\nb"}),
-            json!({"code": "1", "session": "x".repeat(65)}),
             json!({"code": "1", "session": 5}),
             json!({"code": "1", "reset": true}),
+            json!({"code": "1", "session": "new", "reset": "yes"}),
         ] {
             assert!(args(bad.clone()).is_err(), "{bad} was accepted");
         }
+    }
+
+    #[test]
+    fn the_schema_gives_the_form_of_a_session_value() {
+        let schema = serde_json::to_value(schema_for_type::<RunPythonArgs>()).unwrap();
+        assert_eq!(
+            schema["properties"]["session"]["pattern"],
+            crate::sessions::SESSION_PATTERN,
+            "{schema}"
+        );
     }
 }

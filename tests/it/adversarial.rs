@@ -9,13 +9,20 @@
 //!
 //! Cases marked `open_server` run against a server that allows importing os, sys, io, socket and
 //! more: the allowlist is policy, the WebAssembly boundary is what must hold. The suite runs twice:
-//! fresh, and with each case in a session holding state, which must still hold it after the case.
+//! fresh, and with each case in a session of its own (started with `"new"`) holding state, which
+//! must still hold it after the case; no reply may carry another case's session handle.
 //!
 //! The cases live in `tests/adversarial/*.json`, one file per class of attack (`cases.json` holds the
 //! first corpus). To add a case, append `{"name", "code", "expect"}` to its class's file. `expect` is `completed`,
 //! `error`, `error:<ExceptionType>`, `limit`, `limit:<timeout|fuel|memory|output|stack>`, `refused`
 //! (a tool error before anything ran, as for code over the size limit), or `any`. A case with
-//! `"repeat": N` sends its `code` N times over, for sources too big to keep in the file.
+//! `"repeat": N` sends its `code` N times over, for sources too big to keep in the file. A case with
+//! `"session": "<value>"` sends that as its `session` argument in both passes (a guessed or forged
+//! handle, say) instead of none or the pass's own handle.
+//!
+//! Below the suite, the attacks on sessions that a case file cannot express: handles taken from
+//! another server, changed by one character, or used after their session was reset, expired or
+//! evicted; eviction with busy sessions; and what the server reveals of other callers' sessions.
 
 use crate::common;
 
@@ -45,6 +52,8 @@ struct Case {
     open_server: bool,
     #[serde(default)]
     repeat: Option<usize>,
+    #[serde(default)]
+    session: Option<String>,
 }
 
 impl Case {
@@ -53,7 +62,9 @@ impl Case {
     }
 }
 
-async fn server(dir: &Path, open: bool) -> RunningService<RoleClient, ()> {
+type Client = RunningService<RoleClient, ()>;
+
+async fn server(dir: &Path, extra: &[&str]) -> Client {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_safe-python-mcp"));
     command
         .current_dir(dir)
@@ -68,9 +79,7 @@ async fn server(dir: &Path, open: bool) -> RunningService<RoleClient, ()> {
             "--max-output",
             "65536",
         ]);
-    if open {
-        command.args(["--allow", OPEN_MODULES]);
-    }
+    command.args(extra);
     let client =
         ().serve(TokioChildProcess::new(command).unwrap())
             .await
@@ -91,6 +100,18 @@ fn call(code: &str, session: Option<&str>) -> CallToolRequestParams {
 
 /// What a session holds before each case, and must hold after it.
 const KEPT: &str = "kept = 12345";
+
+/// The handle in a reply that started or continued a session.
+fn handle_in(reply: &CallToolResult) -> Option<String> {
+    let v = reply.structured_content.as_ref()?;
+    v["session"]["id"].as_str().map(str::to_owned)
+}
+
+/// Starts a session holding `code`'s state, and returns its handle.
+async fn new_session(client: &Client, code: &str) -> String {
+    let reply = client.call_tool(call(code, Some("new"))).await.unwrap();
+    handle_in(&reply).unwrap_or_else(|| panic!("no handle in {reply:?}"))
+}
 
 /// Checks `expect` against the reply; returns what went wrong.
 fn check_expectation(expect: &str, reply: &CallToolResult) -> Result<(), String> {
@@ -171,18 +192,20 @@ async fn run_suite(in_sessions: bool) {
         .ok()
         .and_then(|p| p.lines().next().map(str::to_owned));
 
-    let strict = server(&dir, false).await;
-    let open = server(&dir, true).await;
+    let strict = server(&dir, &[]).await;
+    let open = server(&dir, &["--allow", OPEN_MODULES]).await;
     let mut failures = Vec::new();
-    for (i, case) in cases.iter().enumerate() {
+    let mut handles: Vec<String> = Vec::new();
+    for case in &cases {
         let client = if case.open_server { &open } else { &strict };
-        let session = in_sessions.then(|| format!("case-{i}"));
+        let session = match in_sessions {
+            true => Some(new_session(client, KEPT).await),
+            false => None,
+        };
         let session = session.as_deref();
-        if session.is_some() {
-            client.call_tool(call(KEPT, session)).await.unwrap();
-        }
         let started = Instant::now();
-        let reply = client.call_tool(call(&case.source(), session)).await;
+        let asked = case.session.as_deref().or(session);
+        let reply = client.call_tool(call(&case.source(), asked)).await;
         let took = started.elapsed();
         let mut problems = Vec::new();
         match &reply {
@@ -204,6 +227,12 @@ async fn run_suite(in_sessions: bool) {
                 {
                     problems.push("host file content leaked".into());
                 }
+                if let Some(other) = handles.iter().find(|h| everything.contains(h.as_str())) {
+                    problems.push(format!("another case's session handle {other} appeared"));
+                }
+                if case.session.is_some() && handle_in(r).is_some() {
+                    problems.push("a guessed session value reached a session".into());
+                }
             }
         }
         if took > Duration::from_secs(TIMEOUT_SECS + 1) {
@@ -222,6 +251,7 @@ async fn run_suite(in_sessions: bool) {
                 "the server did not answer the next call: {other:?}"
             )),
         }
+        handles.extend(session.map(str::to_owned));
         if !problems.is_empty() {
             let outcome = reply
                 .ok()
@@ -254,4 +284,229 @@ async fn run_suite(in_sessions: bool) {
         cases.len(),
         failures.join("\n")
     );
+}
+
+// Sessions are private to whoever started them.
+
+/// A server for the session attacks, with `extra` flags.
+async fn session_server(extra: &[&str]) -> Client {
+    server(Path::new(env!("CARGO_TARGET_TMPDIR")), extra).await
+}
+
+fn text(reply: &CallToolResult) -> String {
+    reply
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect()
+}
+
+/// Calls `code` in `session`, which must be refused with a tool error that reaches no session
+/// and says how to start one; returns its text.
+async fn refused(client: &Client, session: &str) -> String {
+    let reply = client
+        .call_tool(call("kept = 'overwritten'", Some(session)))
+        .await
+        .unwrap();
+    let text = text(&reply);
+    assert_eq!(
+        reply.is_error,
+        Some(true),
+        "{session:?} was accepted: {text}"
+    );
+    assert!(reply.structured_content.is_none(), "{reply:?}");
+    assert!(text.contains("session: \"new\""), "{text}");
+    text
+}
+
+/// Runs `code` in `session` and returns its result.
+async fn result_in(client: &Client, session: &str, code: &str) -> Value {
+    let reply = client.call_tool(call(code, Some(session))).await.unwrap();
+    let v = reply.structured_content.expect("a run's reply");
+    assert_eq!(v["session"]["id"], session, "{v}");
+    v["result"].clone()
+}
+
+/// A handle of the right form that no server drew (one in 2^128 that one did).
+const FORGED: &str = "s_00000000000000000000000000000000";
+
+/// Flips the hexadecimal digit at `at` of a handle.
+fn changed(handle: &str, at: usize) -> String {
+    let mut bytes = handle.as_bytes().to_vec();
+    bytes[at] = if bytes[at] == b'0' { b'1' } else { b'0' };
+    String::from_utf8(bytes).unwrap()
+}
+
+#[tokio::test]
+async fn guessed_forged_and_foreign_handles_reach_no_session() {
+    let (one, two) = tokio::join!(session_server(&[]), session_server(&[]));
+    let a = new_session(&one, "kept = 'a'").await;
+    let b = new_session(&two, "kept = 'b'").await;
+    let a2 = new_session(&one, "kept = 'a2'").await;
+    for handle in [&a, &b, &a2] {
+        assert!(
+            handle.len() == 34
+                && handle.starts_with("s_")
+                && handle[2..]
+                    .bytes()
+                    .all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')),
+            "{handle}"
+        );
+    }
+    assert!(a != b && a != a2 && b != a2);
+
+    // Another server's handle, a handle with one digit changed, handles of the right form.
+    assert!(
+        refused(&one, &b)
+            .await
+            .contains("No session has the handle")
+    );
+    assert!(
+        refused(&two, &a)
+            .await
+            .contains("No session has the handle")
+    );
+    for at in [2, 17, 33] {
+        refused(&one, &changed(&a, at)).await;
+    }
+    refused(&one, FORGED).await;
+    // Names that worked before handles, and near misses of "new".
+    for guess in ["main", "0", "a", "case-0", "default", "New", "new ", ""] {
+        assert!(
+            refused(&one, guess)
+                .await
+                .contains("is not a session handle"),
+            "{guess:?}"
+        );
+    }
+    // None of it touched the real sessions.
+    assert_eq!(result_in(&one, &a, "kept").await, "'a'");
+    assert_eq!(result_in(&one, &a2, "kept").await, "'a2'");
+    assert_eq!(result_in(&two, &b, "kept").await, "'b'");
+    one.cancel().await.unwrap();
+    two.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_handle_after_reset_eviction_or_expiry_says_which() {
+    let client = session_server(&["--max-sessions", "2", "--session-idle", "2"]).await;
+    let x = new_session(&client, "kept = 1").await;
+    let y = new_session(&client, "kept = 2").await;
+
+    // A reset empties the session, and the handle goes on working.
+    let args = json!({"code": "'kept' in globals()", "session": x, "reset": true});
+    let reply = client
+        .call_tool(
+            CallToolRequestParams::new("run_python")
+                .with_arguments(args.as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    let v = reply.structured_content.unwrap();
+    assert_eq!(
+        (&v["result"], &v["session"]["started"]),
+        (&json!("False"), &json!("reset"))
+    );
+    assert_eq!(v["session"]["id"], x);
+    assert_eq!(result_in(&client, &x, "kept = 3\nkept").await, "3");
+
+    // y is now the least recently used idle session: a third one evicts it.
+    let z = new_session(&client, "kept = 4").await;
+    let evicted = refused(&client, &y).await;
+    assert!(evicted.contains("was closed to make room"), "{evicted}");
+    assert_eq!(result_in(&client, &x, "kept").await, "3");
+
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    let expired = refused(&client, &z).await;
+    assert!(expired.contains("has expired"), "{expired}");
+    let unknown = refused(&client, FORGED).await;
+    let not_a_handle = refused(&client, "main").await;
+    let messages = [&evicted, &expired, &unknown, &not_a_handle];
+    for (i, m) in messages.iter().enumerate() {
+        for other in &messages[i + 1..] {
+            assert_ne!(m.lines().next(), other.lines().next());
+        }
+    }
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_busy_session_is_never_evicted_and_none_starts_when_all_are_busy() {
+    // The calls below sleep 2 s, within the suite's timeout.
+    let client = session_server(&["--max-sessions", "2", "--workers", "4"]).await;
+    let a = new_session(&client, "import time\nkept = 'a'").await;
+    let b = new_session(&client, "kept = 'b'").await;
+    // a is the least recently used, but busy: the new session evicts b.
+    let long = client.call_tool(call("time.sleep(2)\nkept", Some(&a)));
+    let newer = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        new_session(&client, "import time\nkept = 'c'").await
+    };
+    let (long, c) = tokio::join!(long, newer);
+    assert_eq!(long.unwrap().structured_content.unwrap()["result"], "'a'");
+    assert!(refused(&client, &b).await.contains("closed to make room"));
+
+    // Both open sessions busy: a new one is refused, and nothing is evicted.
+    let busy_a = client.call_tool(call("time.sleep(2)", Some(&a)));
+    let busy_c = client.call_tool(call("time.sleep(2)", Some(&c)));
+    let attempt = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        client
+            .call_tool(call("kept = 'd'", Some("new")))
+            .await
+            .unwrap()
+    };
+    let (busy_a, busy_c, full) = tokio::join!(busy_a, busy_c, attempt);
+    assert_eq!(busy_a.unwrap().is_error, Some(false));
+    assert_eq!(busy_c.unwrap().is_error, Some(false));
+    let text = text(&full);
+    assert_eq!(full.is_error, Some(true), "{text}");
+    assert!(full.structured_content.is_none(), "{full:?}");
+    assert!(
+        text.contains("all 2 open sessions are running calls"),
+        "{text}"
+    );
+    assert_eq!(result_in(&client, &a, "kept").await, "'a'");
+    assert_eq!(result_in(&client, &c, "kept").await, "'c'");
+    // Once they are idle again, a new session takes the place of the least recently used.
+    new_session(&client, "kept = 'd'").await;
+    assert!(refused(&client, &a).await.contains("closed to make room"));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn nothing_tells_a_caller_of_another_callers_session() {
+    let client = session_server(&[]).await;
+    let mine = new_session(&client, "kept = 'private'").await;
+    let everything_else = vec![
+        serde_json::to_string(&client.list_all_tools().await.unwrap()).unwrap(),
+        serde_json::to_string(&client.peer_info()).unwrap(),
+        format!("{:?}", client.call_tool(call("1", None)).await.unwrap()),
+        format!(
+            "{:?}",
+            client.call_tool(call("1", Some("new"))).await.unwrap()
+        ),
+        format!(
+            "{:?}",
+            client.call_tool(call("1", Some("main"))).await.unwrap()
+        ),
+        format!(
+            "{:?}",
+            client
+                .call_tool(call("1", Some(&changed(&mine, 5))))
+                .await
+                .unwrap()
+        ),
+    ];
+    for said in &everything_else {
+        assert!(!said.contains(&mine), "{said}");
+    }
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["run_python"], "no tool lists sessions");
+    let listed = client
+        .call_tool(CallToolRequestParams::new("list_sessions"))
+        .await;
+    assert!(listed.is_err(), "{listed:?}");
+    client.cancel().await.unwrap();
 }

@@ -100,15 +100,16 @@ async fn tools_list_describes_run_python_with_its_schemas() {
     let (client, _) = connect(&["--allow", "json", "--timeout", "7"]).await;
     let tools = client.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names, ["run_python", "list_sessions"]);
+    assert_eq!(names, ["run_python"]);
     let tool = &tools[0];
     let input = serde_json::to_value(&*tool.input_schema).unwrap();
     assert_eq!(input["required"], json!(["code"]));
     assert_eq!(input["properties"]["code"]["type"], "string");
-    assert!(input["properties"]["session"].is_object(), "{input}");
+    assert_eq!(
+        input["properties"]["session"]["pattern"], "^(new|s_[0-9a-f]{32})$",
+        "{input}"
+    );
     assert!(input["properties"]["reset"].is_object(), "{input}");
-    let list = serde_json::to_value(&*tools[1].input_schema).unwrap();
-    assert!(list.get("required").is_none(), "{list}");
     let output =
         serde_json::to_value(tool.output_schema.as_deref().expect("an output schema")).unwrap();
     for field in [
@@ -132,7 +133,9 @@ async fn tools_list_describes_run_python_with_its_schemas() {
         "`session`",
         "undone",
         "30 min",
-        "more than 16",
+        "at most 16 are open",
+        "`session: \"new\"`",
+        "private",
     ] {
         assert!(
             description.contains(needle),
@@ -435,7 +438,7 @@ fn check_runs_a_self_test() {
     assert!(stdout.contains("self-test passed"), "{stdout}");
 }
 
-// Sessions, over MCP from the real client.
+// Sessions, over MCP from the real client. The attacks on them are in tests/adversarial.rs.
 
 fn in_session(session: &str, code: &str) -> CallToolRequestParams {
     CallToolRequestParams::new("run_python").with_arguments(
@@ -446,61 +449,72 @@ fn in_session(session: &str, code: &str) -> CallToolRequestParams {
     )
 }
 
-fn list_sessions() -> CallToolRequestParams {
-    CallToolRequestParams::new("list_sessions")
-}
-
-/// The names `list_sessions` replied with, in its order.
-fn session_ids(listed: &CallToolResult) -> Vec<String> {
-    structured(listed)["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 /// Runs `code` in `session` and returns the structured reply.
 async fn session_call(client: &Client, session: &str, code: &str) -> Value {
     structured(&client.call_tool(in_session(session, code)).await.unwrap()).clone()
 }
 
+/// Starts a session with `code`, and returns its handle.
+async fn new_session(client: &Client, code: &str) -> String {
+    let v = session_call(client, "new", code).await;
+    assert_eq!(v["session"]["started"], "new", "{v}");
+    v["session"]["id"].as_str().expect("a handle").to_owned()
+}
+
+/// Calls `code` in `session`, which must be refused with a tool error; returns its text.
+async fn refused(client: &Client, session: &str) -> String {
+    let reply = client.call_tool(in_session(session, "1")).await.unwrap();
+    assert_eq!(reply.is_error, Some(true), "{reply:?}");
+    assert!(reply.structured_content.is_none(), "{reply:?}");
+    text(&reply)
+}
+
 #[tokio::test]
 async fn sessions_keep_state_between_calls_and_apart_from_each_other() {
     let (client, _) = connect(&[]).await;
-    let first = session_call(
-        &client,
-        "a",
-        "import math\nx = 20\ndef double(v):\n    return 2 * v\nclass P:\n    r = math.pi",
-    )
-    .await;
-    assert_eq!(first["session"]["id"], "a");
+    let started = client
+        .call_tool(in_session(
+            "new",
+            "import math\nx = 20\ndef double(v):\n    return 2 * v\nclass P:\n    r = math.pi",
+        ))
+        .await
+        .unwrap();
+    let first = structured(&started);
+    let a = first["session"]["id"].as_str().unwrap().to_owned();
     assert_eq!(first["session"]["call"], 1);
     assert_eq!(first["session"]["started"], "new");
     assert_eq!(first["session"]["rolled_back"], false);
-    let second = session_call(&client, "a", "double(x) + round(P.r)").await;
+    // The text gives the handle too, for clients that show the model only the text.
+    assert!(
+        text(&started).contains(&format!("Session started: {a}.")),
+        "{}",
+        text(&started)
+    );
+    let second = session_call(&client, &a, "double(x) + round(P.r)").await;
     assert_eq!(second["result"], "43");
+    assert_eq!(second["session"]["id"], a.as_str());
     assert_eq!(second["session"]["call"], 2);
     assert_eq!(second["session"]["started"], Value::Null);
 
-    session_call(&client, "b", "x = 'bee'").await;
-    assert_eq!(session_call(&client, "a", "x").await["result"], "20");
-    assert_eq!(session_call(&client, "b", "x").await["result"], "'bee'");
+    let b = new_session(&client, "x = 'bee'").await;
+    assert_ne!(a, b);
+    assert_eq!(session_call(&client, &a, "x").await["result"], "20");
+    assert_eq!(session_call(&client, &b, "x").await["result"], "'bee'");
     // A call without a session sees none of it, and says nothing of sessions.
     let fresh = structured(&client.call_tool(call("x")).await.unwrap()).clone();
     assert_eq!(fresh["error"]["type"], "NameError");
     assert!(fresh.get("session").is_none(), "{fresh}");
 
     // An exception keeps what ran before it.
-    let raised = session_call(&client, "a", "y = 1\n1/0").await;
+    let raised = session_call(&client, &a, "y = 1\n1/0").await;
     assert_eq!(raised["error"]["type"], "ZeroDivisionError");
     assert_eq!(raised["session"]["rolled_back"], false);
-    assert_eq!(session_call(&client, "a", "y").await["result"], "1");
+    assert_eq!(session_call(&client, &a, "y").await["result"], "1");
 
     let reset = client
         .call_tool(
             CallToolRequestParams::new("run_python").with_arguments(
-                json!({"code": "'x' in globals()", "session": "a", "reset": true})
+                json!({"code": "'x' in globals()", "session": a, "reset": true})
                     .as_object()
                     .unwrap()
                     .clone(),
@@ -510,16 +524,8 @@ async fn sessions_keep_state_between_calls_and_apart_from_each_other() {
         .unwrap();
     assert_eq!(structured(&reset)["result"], "False");
     assert_eq!(structured(&reset)["session"]["started"], "reset");
-
-    let listed = client.call_tool(list_sessions()).await.unwrap();
-    let ids = session_ids(&listed);
-    assert_eq!(ids, ["a", "b"], "most recently used first");
-    assert_eq!(structured(&listed)["max_sessions"], 16);
-    assert!(
-        text(&listed).contains("- b: 2 call(s)"),
-        "{}",
-        text(&listed)
-    );
+    assert_eq!(structured(&reset)["session"]["id"], a.as_str());
+    assert_eq!(session_call(&client, &b, "x").await["result"], "'bee'");
     client.cancel().await.unwrap();
 }
 
@@ -536,7 +542,7 @@ async fn a_call_that_hits_a_limit_is_undone_whatever_the_limit() {
         "65536",
     ])
     .await;
-    session_call(&client, "s", "x = 41\nitems = [1, 2]").await;
+    let s = new_session(&client, "x = 41\nitems = [1, 2]").await;
     for (limit, code) in [
         ("fuel", "while True: pass"),
         ("timeout", "import time\ntime.sleep(60)"),
@@ -549,19 +555,21 @@ async fn a_call_that_hits_a_limit_is_undone_whatever_the_limit() {
         ("output", "while True: print('flood' * 100)"),
     ] {
         let reply = client
-            .call_tool(in_session("s", &format!("x = 0\nitems.append(3)\n{code}")))
+            .call_tool(in_session(&s, &format!("x = 0\nitems.append(3)\n{code}")))
             .await
             .unwrap();
         let v = structured(&reply);
         assert_eq!(v["limit"], limit, "{v}");
         assert_eq!(v["session"]["rolled_back"], true, "{v}");
         assert!(
-            text(&reply).contains("Session 's' was restored to its state from before this call"),
+            text(&reply).contains(&format!(
+                "Session {s} was restored to its state from before this call"
+            )),
             "{}",
             text(&reply)
         );
         assert_eq!(
-            session_call(&client, "s", "(x + 1, items)").await["result"],
+            session_call(&client, &s, "(x + 1, items)").await["result"],
             "(42, [1, 2])",
             "after the {limit} limit"
         );
@@ -572,49 +580,36 @@ async fn a_call_that_hits_a_limit_is_undone_whatever_the_limit() {
 #[tokio::test]
 async fn the_least_recently_used_session_is_evicted_and_says_so() {
     let (client, _) = connect(&["--max-sessions", "2"]).await;
-    session_call(&client, "a", "x = 'a'").await;
-    session_call(&client, "b", "x = 'b'").await;
-    session_call(&client, "a", "x").await; // a is now more recent than b
-    session_call(&client, "c", "x = 'c'").await; // evicts b
-    assert_eq!(session_call(&client, "a", "x").await["result"], "'a'");
-    let reply = client.call_tool(in_session("b", "x")).await.unwrap();
-    let v = structured(&reply);
-    assert_eq!(v["session"]["started"], "evicted", "{v}");
-    assert_eq!(v["error"]["type"], "NameError");
+    let a = new_session(&client, "x = 'a'").await;
+    let b = new_session(&client, "x = 'b'").await;
+    session_call(&client, &a, "x").await; // a is now more recent than b
+    let c = new_session(&client, "x = 'c'").await; // evicts b
+    assert_eq!(session_call(&client, &a, "x").await["result"], "'a'");
+    assert_eq!(session_call(&client, &c, "x").await["result"], "'c'");
+    let said = refused(&client, &b).await;
     assert!(
-        text(&reply).contains("session 'b' had ended (it was closed to make room"),
-        "{}",
-        text(&reply)
+        said.contains(&format!("Session {b} was closed to make room")),
+        "{said}"
     );
-    // Making b again evicted c, the least recently used.
-    let listed = client.call_tool(list_sessions()).await.unwrap();
-    let ids = session_ids(&listed);
-    assert_eq!(ids, ["b", "a"]);
+    assert!(said.contains("at most 2 are open"), "{said}");
+    assert!(said.contains("session: \"new\""), "{said}");
     client.cancel().await.unwrap();
 }
 
 #[tokio::test]
 async fn an_idle_session_expires_and_says_so() {
     let (client, _) = connect(&["--session-idle", "1"]).await;
-    session_call(&client, "idle", "x = 1").await;
-    session_call(&client, "idle", "x").await;
+    let idle = new_session(&client, "x = 1").await;
+    session_call(&client, &idle, "x").await;
     tokio::time::sleep(Duration::from_millis(1800)).await;
-    let listed = client.call_tool(list_sessions()).await.unwrap();
-    assert_eq!(
-        structured(&listed)["sessions"],
-        json!([]),
-        "{}",
-        text(&listed)
-    );
-    let reply = client.call_tool(in_session("idle", "x")).await.unwrap();
-    let v = structured(&reply);
-    assert_eq!(v["session"]["started"], "expired", "{v}");
-    assert_eq!(v["error"]["type"], "NameError");
+    let said = refused(&client, &idle).await;
     assert!(
-        text(&reply).contains("closed after 1 s without a call"),
-        "{}",
-        text(&reply)
+        said.contains(&format!(
+            "Session {idle} has expired: it was closed after 1 s without a call"
+        )),
+        "{said}"
     );
+    assert!(said.contains("session: \"new\""), "{said}");
     client.cancel().await.unwrap();
 }
 
@@ -622,18 +617,19 @@ async fn an_idle_session_expires_and_says_so() {
 async fn calls_to_one_session_queue_while_other_sessions_run_alongside() {
     let (client, _) = connect(&["--workers", "3"]).await;
     let client = Arc::new(client);
-    session_call(&client, "shared", "import time\nn = 0").await;
-    for s in ["p", "q", "r"] {
-        session_call(&client, s, "import time").await;
+    let shared = new_session(&client, "import time\nn = 0").await;
+    let mut others = Vec::new();
+    for _ in 0..3 {
+        others.push(new_session(&client, "import time").await);
     }
 
     // Three read-sleep-write increments of one variable: only one at a time gives 3.
     let started = Instant::now();
     let same: Vec<_> = (0..3)
         .map(|_| {
-            let client = client.clone();
+            let (client, shared) = (client.clone(), shared.clone());
             tokio::spawn(async move {
-                session_call(&client, "shared", "v = n\ntime.sleep(0.5)\nn = v + 1").await
+                session_call(&client, &shared, "v = n\ntime.sleep(0.5)\nn = v + 1").await
             })
         })
         .collect();
@@ -644,15 +640,15 @@ async fn calls_to_one_session_queue_while_other_sessions_run_alongside() {
         started.elapsed() >= Duration::from_millis(1500),
         "they overlapped"
     );
-    assert_eq!(session_call(&client, "shared", "n").await["result"], "3");
+    assert_eq!(session_call(&client, &shared, "n").await["result"], "3");
 
     // Three sessions sleeping 1 s each, at once: far less than the 3 s they would take in turn.
     let started = Instant::now();
-    let apart: Vec<_> = ["p", "q", "r"]
+    let apart: Vec<_> = others
         .into_iter()
         .map(|s| {
             let client = client.clone();
-            tokio::spawn(async move { session_call(&client, s, "time.sleep(1)").await })
+            tokio::spawn(async move { session_call(&client, &s, "time.sleep(1)").await })
         })
         .collect();
     for task in apart {
@@ -668,20 +664,17 @@ async fn calls_to_one_session_queue_while_other_sessions_run_alongside() {
 #[tokio::test]
 async fn a_cancelled_session_call_is_undone() {
     let (client, _) = connect(&["--timeout", "60", "--fuel", "10000000000000"]).await;
-    session_call(&client, "c", "x = 41").await;
+    let c = new_session(&client, "x = 41").await;
     let handle = client
         .send_cancellable_request(
-            ClientRequest::CallToolRequest(Request::new(in_session(
-                "c",
-                "x = 0\nwhile True: pass",
-            ))),
+            ClientRequest::CallToolRequest(Request::new(in_session(&c, "x = 0\nwhile True: pass"))),
             PeerRequestOptions::no_options(),
         )
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     handle.cancel(Some("test".into())).await.unwrap();
-    assert_eq!(session_call(&client, "c", "x + 1").await["result"], "42");
+    assert_eq!(session_call(&client, &c, "x + 1").await["result"], "42");
     client.cancel().await.unwrap();
 }
 
@@ -689,11 +682,10 @@ async fn a_cancelled_session_call_is_undone() {
 async fn bad_session_arguments_are_refused() {
     let (client, _) = connect(&[]).await;
     let bad = [
-        json!({"code": "1", "session": ""}),
-        json!({"code": "1", "session": "a\u{0}b"}),
-        json!({"code": "1", "session": "x".repeat(65)}),
+        json!({"code": "1", "session": 5}),
+        json!({"code": "1", "session": null, "reset": true}),
         json!({"code": "1", "reset": true}),
-        json!({"code": "1", "session": "s", "reset": "yes"}),
+        json!({"code": "1", "session": "new", "reset": "yes"}),
     ];
     for args in bad {
         let err = client
@@ -708,13 +700,16 @@ async fn bad_session_arguments_are_refused() {
             "{args}: {err:?}"
         );
     }
+    // A string that is neither "new" nor a handle is a tool error that says what to do.
+    for value in ["", "a\u{0}b", &"x".repeat(5000)] {
+        let said = refused(&client, value).await;
+        assert!(said.contains("is not a session handle"), "{said}");
+        assert!(said.len() < 400, "the reply quotes too much: {said}");
+    }
     let err = client
-        .call_tool(
-            CallToolRequestParams::new("list_sessions")
-                .with_arguments(json!({"all": true}).as_object().unwrap().clone()),
-        )
+        .call_tool(CallToolRequestParams::new("list_sessions"))
         .await
-        .expect_err("list_sessions takes no arguments");
+        .expect_err("there is no list_sessions");
     assert!(
         format!("{err:?}").contains("InvalidParams") || format!("{err:?}").contains("-32602"),
         "{err:?}"

@@ -1,5 +1,6 @@
-//! Sessions in process: the real guest in real wasmtime, many calls on one instance, and the
-//! rollback that undoes a call stopped by a limit.
+//! Sessions in process: the real guest in real wasmtime, many calls on one instance, the rollback
+//! that undoes a call stopped by a limit, and the registry's life cycle of a call (the one the MCP
+//! tool and the REPL share). The attacks on sessions over MCP are in tests/adversarial.rs.
 
 use crate::common;
 
@@ -7,6 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{runtime, sandbox, tight};
+use safe_python_executor::sessions::{
+    SessionError, SessionId, SessionLimits, SessionRequest, Sessions, Start,
+};
 use safe_python_executor::{ImportPolicy, Limit, Limits, RunOptions, Session, SessionRun};
 
 fn session() -> Session {
@@ -310,4 +314,114 @@ fn the_guest_has_no_mutable_global_but_the_stack_pointer() {
         })
         .collect();
     assert_eq!(mutable_names, ["__stack_pointer"]);
+}
+
+/// Runs `code` through the registry in `request`'s session, never cancelled; returns the handle,
+/// how the session started and the result.
+async fn through(
+    sessions: &Arc<Sessions>,
+    request: SessionRequest,
+    reset: bool,
+    code: &str,
+) -> (SessionId, Option<Start>, Option<String>) {
+    let lease = sessions
+        .checkout(request, reset, sandbox())
+        .await
+        .expect("a session");
+    let ran = lease
+        .run(code, &RunOptions::default(), std::future::pending())
+        .await
+        .expect("no host fault")
+        .expect("not cancelled");
+    (
+        ran.id,
+        ran.started,
+        ran.run.result.result().map(str::to_owned),
+    )
+}
+
+#[test]
+fn the_registry_takes_a_call_through_its_life_cycle() {
+    runtime().block_on(async {
+        let sessions = Sessions::new(SessionLimits {
+            max: 2,
+            idle: Duration::from_secs(600),
+        });
+        let (id, started, _) = through(&sessions, SessionRequest::New, false, "x = 41").await;
+        assert_eq!(started, Some(Start::New));
+        let same = SessionRequest::Continue(id);
+
+        // A cancelled call is undone in the background; the next call waits for that.
+        let lease = sessions.checkout(same, false, sandbox()).await.unwrap();
+        let cancelled = lease
+            .run(
+                "x = 0\nwhile True: pass",
+                &RunOptions::default(),
+                tokio::time::sleep(Duration::from_millis(300)),
+            )
+            .await
+            .unwrap();
+        assert!(cancelled.is_none());
+        let (_, started, result) = through(&sessions, same, false, "x + 1").await;
+        assert_eq!((started, result.as_deref()), (None, Some("42")));
+
+        // A reset empties the session under the same handle.
+        let (again, started, result) = through(&sessions, same, true, "'x' in globals()").await;
+        assert_eq!((again, started), (id, Some(Start::Reset)));
+        assert_eq!(result.as_deref(), Some("False"));
+
+        let forged: SessionId = "s_00000000000000000000000000000000".parse().unwrap();
+        let refused = sessions
+            .checkout(SessionRequest::Continue(forged), false, sandbox())
+            .await;
+        assert!(matches!(refused, Err(SessionError::Unknown { .. })));
+    });
+}
+
+#[test]
+fn a_held_session_is_never_evicted_and_a_full_registry_refuses() {
+    runtime().block_on(async {
+        let sessions = Sessions::new(SessionLimits {
+            max: 1,
+            idle: Duration::from_secs(600),
+        });
+        let (id, _, _) = through(&sessions, SessionRequest::New, false, "x = 1").await;
+        let held = sessions
+            .checkout(SessionRequest::Continue(id), false, sandbox())
+            .await
+            .unwrap();
+        let full = sessions
+            .checkout(SessionRequest::New, false, sandbox())
+            .await;
+        assert!(matches!(full, Err(SessionError::Full { max: 1 })));
+        let ran = held
+            .run("x + 1", &RunOptions::default(), std::future::pending())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(ran.run.result.result(), Some("2"));
+
+        // Idle once its call (and the snapshot after it) is done: a new session takes its place.
+        let mut newer = None;
+        for _ in 0..100 {
+            match sessions
+                .checkout(SessionRequest::New, false, sandbox())
+                .await
+            {
+                Ok(lease) => {
+                    newer = Some(lease);
+                    break;
+                }
+                Err(SessionError::Full { .. }) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(newer.is_some(), "the session stayed busy");
+        let gone = sessions
+            .checkout(SessionRequest::Continue(id), false, sandbox())
+            .await;
+        assert!(matches!(gone, Err(SessionError::Evicted { max: 1, .. })));
+    });
 }
