@@ -373,3 +373,41 @@ fn piped_output_is_byte_exact() {
         "{err:?}"
     );
 }
+
+/// A valid compiled guest planted in a fresh cache directory (written under another cache's key)
+/// is refused with a warning on stderr and compiled afresh, never loaded; the next run loads the
+/// replacement quietly. This compiles the guest once (tens of seconds).
+#[test]
+fn a_planted_cache_entry_is_refused_with_a_warning_and_replaced() {
+    common::sandbox();
+    let shared = common::cache_dir();
+    let entry = std::fs::read_dir(&shared)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .expect("the shared cache holds the compiled guest");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-planted-cache");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let planted = dir.join(entry.file_name().unwrap());
+    std::fs::copy(&entry, &planted).unwrap();
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_sandbox-run"))
+            .args(["--cache-dir", dir.to_str().unwrap(), "-c", "6 * 7"])
+            .output()
+            .unwrap()
+    };
+    let o = run();
+    assert_status(&o, 0);
+    assert_eq!(stdout(&o), "42\n");
+    let err = stderr(&o);
+    assert!(
+        err.contains("refusing the cached module") && err.contains("MAC does not match"),
+        "{err}"
+    );
+    assert!(err.contains("compiling"), "no fresh compile: {err}");
+    let o = run();
+    assert_status(&o, 0);
+    assert_eq!(stderr(&o), "", "the replacement was not loaded quietly");
+    let _ = std::fs::remove_dir_all(&dir);
+}
