@@ -5,6 +5,7 @@
 //! ended, so scripts can tell a Python error from a limit without parsing output.
 
 mod repl;
+mod terminal;
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -41,6 +42,9 @@ Exit status:
 
 The sandbox has no files, no network, no environment variables and no stdin. Code that prints
 is streamed live; the value of the last expression (or of a final `x = ...`) is printed after it.
+On a terminal, control characters in what the code prints (escape sequences, carriage returns,
+bells) are shown as \\xNN instead of acting on the terminal; newline and tab are kept. Into a pipe
+or a file, the output is passed on byte for byte.
 
 Examples:
   sandbox-run -c 'print(2**100)'
@@ -106,6 +110,17 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { EXIT_OK });
         }
     };
+    // Warnings (an untrusted cache, say) go to stderr; SAFE_PYTHON_LOG=debug shows more.
+    tracing_subscriber::fmt()
+        .with_writer(io::stderr)
+        .with_ansi(false)
+        .without_time()
+        .with_target(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SAFE_PYTHON_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
     let status = if args.repl {
         repl::run(&args.sandbox)
     } else {
@@ -138,18 +153,10 @@ fn open_sandbox(flags: &SandboxFlags) -> anyhow::Result<Sandbox> {
     Ok(sandbox?)
 }
 
-/// Streams the code's output to this process's stdout and stderr as it is written.
+/// Streams the code's output to this process's stdout and stderr as it is written (escaped on a
+/// terminal, see [`terminal`]).
 fn terminal_observer() -> OutputObserver {
-    Arc::new(|stream: Stream, bytes: &[u8]| {
-        // A closed pipe (`| head`) is not an error of the code: drop the output quietly.
-        let _ = match stream {
-            Stream::Stdout => io::stdout()
-                .lock()
-                .write_all(bytes)
-                .and_then(|()| io::stdout().flush()),
-            Stream::Stderr => io::stderr().lock().write_all(bytes),
-        };
-    })
+    Arc::new(terminal::write)
 }
 
 fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
@@ -171,34 +178,39 @@ fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
     Ok(exit_status(&result))
 }
 
-/// After the live output: the result value, or what stopped the code.
+/// After the live output: the result value, or what stopped the code. All of it can be the code's
+/// text (a `__repr__`, an exception's message), so it goes out as the live output does.
 pub(crate) fn print_plain(result: &RunResult) {
-    let mut out = io::stdout().lock();
-    let _ = out.flush();
+    terminal::finish();
     if !result.stdout.is_empty() && !result.stdout.ends_with('\n') && result.result().is_some() {
-        let _ = writeln!(out);
+        terminal::write(Stream::Stdout, b"\n");
     }
     if let Some(value) = result.result() {
-        let _ = writeln!(out, "{value}");
+        terminal::write(Stream::Stdout, format!("{value}\n").as_bytes());
     }
-    let _ = out.flush();
     if let Some(error) = result.error() {
-        eprint!("{}", error.traceback);
-        if !error.traceback.ends_with('\n') {
-            eprintln!();
-        }
+        let newline = if error.traceback.ends_with('\n') {
+            ""
+        } else {
+            "\n"
+        };
+        terminal::write(
+            Stream::Stderr,
+            format!("{}{newline}", error.traceback).as_bytes(),
+        );
     }
-    match &result.outcome {
-        Outcome::LimitReached { limit, .. } => eprintln!(
-            "sandbox-run: limit reached ({}): {}",
+    let stopped = match &result.outcome {
+        Outcome::LimitReached { limit, .. } => format!(
+            "sandbox-run: limit reached ({}): {}\n",
             limit.as_str(),
             limit.explain()
         ),
         Outcome::Trapped { message } => {
-            eprintln!("sandbox-run: the interpreter trapped: {message}")
+            format!("sandbox-run: the interpreter trapped: {message}\n")
         }
-        _ => {}
-    }
+        _ => return,
+    };
+    terminal::write(Stream::Stderr, stopped.as_bytes());
 }
 
 pub fn exit_status(result: &RunResult) -> u8 {

@@ -287,3 +287,127 @@ fn repl_is_refused_with_code_or_json() {
         assert_status(&sandbox_run(&args, None), 2);
     }
 }
+
+/// Hostile output for a terminal: a clipboard write (OSC 52), a title change, a screen clear, a
+/// cursor move, a carriage return that hides text, a bell, a C1 CSI (U+009B) and a raw 0x9b byte,
+/// on stdout, on stderr, in a `__repr__` that becomes the result and in an exception's message.
+const TERMINAL_ATTACK: &str = r#"import sys
+print("clip\x1b]52;c;cm0gLXJmIH4=\x07 title\x1b]0;pwned\x07 clear\x1b[2J\x1b[H hidden\rshown \u009b31m")
+sys.stdout.flush()
+sys.stderr.write("err\x1b[1A\x1b[2K$ fake prompt\x07\n")
+sys.stdout.buffer.write(b"raw\x9b31m\n")
+sys.stdout.flush()
+class Shown:
+    def __repr__(self):
+        return "repr\x1b[31m red"
+Shown()
+"#;
+
+/// The same in an exception's message, which reaches the terminal in the traceback.
+const TERMINAL_ERROR: &str = r#"raise ValueError("message\x1b]52;c;Zm9v\x07")"#;
+
+fn shell_quote(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', r"'\''"))
+}
+
+/// On a pseudo-terminal (script(1) from util-linux runs the command on one and copies what reaches
+/// the terminal to its own stdout), no escape byte gets through: each is shown as `\xNN`.
+#[test]
+fn a_terminal_is_shown_control_characters_not_sent_them() {
+    // The compiled guest must be in the cache already: a first-run notice would style the terminal.
+    common::sandbox();
+    let bin = shell_quote(env!("CARGO_BIN_EXE_sandbox-run"));
+    let command = format!(
+        "{bin} --allow sys -c {}; {bin} -c {}",
+        shell_quote(TERMINAL_ATTACK),
+        shell_quote(TERMINAL_ERROR)
+    );
+    let o = Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
+        .stdin(Stdio::null())
+        .output()
+        .expect("script(1) from util-linux runs the test on a pseudo-terminal");
+    let seen = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{seen}");
+    for byte in [0x1b, 0x07, 0x9b] {
+        assert!(
+            !o.stdout.contains(&byte),
+            "byte {byte:#04x} reached the terminal: {seen:?}"
+        );
+    }
+    assert!(!seen.contains('\u{9b}'), "a C1 CSI reached the terminal");
+    for shown in [
+        r"clip\x1b]52;c;cm0gLXJmIH4=\x07 title\x1b]0;pwned\x07 clear\x1b[2J\x1b[H hidden\x0dshown \x9b31m",
+        r"err\x1b[1A\x1b[2K$ fake prompt\x07",
+        r"raw\x9b31m",
+        r"repr\x1b[31m red",
+        r"ValueError: message\x1b]52;c;Zm9v\x07",
+    ] {
+        assert!(seen.contains(shown), "{shown:?} not shown in {seen:?}");
+    }
+}
+
+/// Into pipes, the same output passes byte for byte.
+#[test]
+fn piped_output_is_byte_exact() {
+    let o = sandbox_run(&["--allow", "sys", "-c", TERMINAL_ATTACK], None);
+    assert_status(&o, 0);
+    assert_eq!(
+        o.stdout,
+        [
+            "clip\x1b]52;c;cm0gLXJmIH4=\x07 title\x1b]0;pwned\x07 clear\x1b[2J\x1b[H hidden\rshown \u{9b}31m\n".as_bytes(),
+            b"raw\x9b31m\n",
+            b"repr\x1b[31m red\n",
+        ]
+        .concat(),
+        "{:?}",
+        stdout(&o)
+    );
+    assert_eq!(o.stderr, b"err\x1b[1A\x1b[2K$ fake prompt\x07\n");
+    let o = sandbox_run(&["-c", TERMINAL_ERROR], None);
+    assert_status(&o, 1);
+    let err = stderr(&o);
+    assert!(
+        err.contains("ValueError: message\x1b]52;c;Zm9v\x07\n"),
+        "{err:?}"
+    );
+}
+
+/// A valid compiled guest planted in a fresh cache directory (written under another cache's key)
+/// is refused with a warning on stderr and compiled afresh, never loaded; the next run loads the
+/// replacement quietly. This compiles the guest once (tens of seconds).
+#[test]
+fn a_planted_cache_entry_is_refused_with_a_warning_and_replaced() {
+    common::sandbox();
+    let shared = common::cache_dir();
+    let entry = std::fs::read_dir(&shared)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .expect("the shared cache holds the compiled guest");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-planted-cache");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let planted = dir.join(entry.file_name().unwrap());
+    std::fs::copy(&entry, &planted).unwrap();
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_sandbox-run"))
+            .args(["--cache-dir", dir.to_str().unwrap(), "-c", "6 * 7"])
+            .output()
+            .unwrap()
+    };
+    let o = run();
+    assert_status(&o, 0);
+    assert_eq!(stdout(&o), "42\n");
+    let err = stderr(&o);
+    assert!(
+        err.contains("refusing the cached module") && err.contains("MAC does not match"),
+        "{err}"
+    );
+    assert!(err.contains("compiling"), "no fresh compile: {err}");
+    let o = run();
+    assert_status(&o, 0);
+    assert_eq!(stderr(&o), "", "the replacement was not loaded quietly");
+    let _ = std::fs::remove_dir_all(&dir);
+}
