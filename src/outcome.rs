@@ -173,20 +173,49 @@ impl RunResult {
 /// Room kept in a cut field for its notice (the longest notice, escaped, is shorter).
 const NOTICE_RESERVE: usize = 160;
 
-/// Bytes `c` takes inside a JSON string as `serde_json` writes it: `"`, `\` and the control
-/// characters with a short escape take 2, the other control characters 6 (`\u001b`), the rest
-/// their UTF-8 length.
-pub fn json_len_char(c: char) -> usize {
-    match c {
-        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
-        c if u32::from(c) < 0x20 => 6,
-        c => c.len_utf8(),
+/// Bytes each byte of UTF-8 text takes inside a JSON string as `serde_json` writes it: `"`, `\`
+/// and the control characters with a short escape take 2, the other control characters 6
+/// (`\u001b`), every other byte itself (so a character takes its UTF-8 length).
+const JSON_BYTES: [u8; 256] = {
+    let mut table = [1; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = 6;
+        b += 1;
     }
+    let short = [b'"', b'\\', b'\n', b'\r', b'\t', 0x08, 0x0c];
+    let mut i = 0;
+    while i < short.len() {
+        table[short[i] as usize] = 2;
+        i += 1;
+    }
+    table
+};
+
+/// Bytes `c` takes inside a JSON string.
+pub fn json_len_char(c: char) -> usize {
+    c.encode_utf8(&mut [0; 4])
+        .bytes()
+        .map(|b| usize::from(JSON_BYTES[usize::from(b)]))
+        .sum()
 }
 
 /// Bytes `s` takes inside a JSON string, without the quotes.
 pub fn json_len(s: &str) -> usize {
-    s.chars().map(json_len_char).sum()
+    json_len_capped(s, usize::MAX)
+}
+
+/// [`json_len`], or `cap` if that is less: reads no further than `cap` bytes of JSON, so that
+/// measuring tens of megabytes against a small budget stays quick (even unoptimised, in tests).
+fn json_len_capped(s: &str, cap: usize) -> usize {
+    let bytes = s.as_bytes();
+    let mut len = 0;
+    let mut i = 0;
+    while i < bytes.len() && len < cap {
+        len += JSON_BYTES[bytes[i] as usize] as usize;
+        i += 1;
+    }
+    len.min(cap)
 }
 
 /// Cuts `text` to at most `budget` bytes as JSON, notice included; below [`NOTICE_RESERVE`], to
@@ -194,7 +223,8 @@ pub fn json_len(s: &str) -> usize {
 /// notice saying how much went: from the middle (keeping the start and the end, where a traceback
 /// has its last frames) or from the end.
 pub fn cut_to(text: &mut String, budget: usize, keep_end: bool) {
-    if json_len(text) <= budget.max(NOTICE_RESERVE) {
+    let allowed = budget.max(NOTICE_RESERVE);
+    if json_len_capped(text, allowed + 1) <= allowed {
         return;
     }
     let keep = budget.saturating_sub(NOTICE_RESERVE);
@@ -203,9 +233,9 @@ pub fn cut_to(text: &mut String, budget: usize, keep_end: bool) {
     let tail_start = head_end + suffix_start_within(&text[head_end..], tail_budget);
     let cut = &text[head_end..tail_start];
     let notice = format!(
-        "\n[... {} characters ({} bytes as JSON) cut here to keep the reply within the output limit ...]\n",
+        "\n[... {} characters ({} bytes) cut here to keep the reply within the output limit ...]\n",
         cut.chars().count(),
-        json_len(cut)
+        cut.len()
     );
     text.replace_range(head_end..tail_start, &notice);
 }
@@ -260,9 +290,14 @@ impl RunResult {
     /// (plus a notice per cut field when the budget is too small to hold the notices). Fields that
     /// fit an equal share are kept whole; each longer one loses its middle, with a notice.
     pub fn bound(&mut self, max_output_bytes: usize) {
+        let budget = Self::text_budget(max_output_bytes);
         let mut fields = self.texts_mut();
-        let sizes: Vec<usize> = fields.iter().map(|f| json_len(f)).collect();
-        let shares = fair_shares(&sizes, Self::text_budget(max_output_bytes));
+        // Any size over the whole budget gets the same share: measure no further.
+        let sizes: Vec<usize> = fields
+            .iter()
+            .map(|f| json_len_capped(f, budget + 1))
+            .collect();
+        let shares = fair_shares(&sizes, budget);
         for (field, share) in fields.iter_mut().zip(shares) {
             cut_to(field, share, true);
         }
@@ -317,10 +352,7 @@ mod tests {
         );
         let cut = 100_000 - (text.matches('\u{1b}').count());
         assert!(
-            text.contains(&format!(
-                "[... {cut} characters ({} bytes as JSON) cut here",
-                cut * 6
-            )),
+            text.contains(&format!("[... {cut} characters ({cut} bytes) cut here")),
             "{text:?}"
         );
 
@@ -348,9 +380,7 @@ mod tests {
     fn the_longest_notice_fits_its_reserve() {
         let mut text = "\u{0}".repeat(1000);
         cut_to(&mut text, 0, true);
-        let longest = text
-            .replace("1000", &u64::MAX.to_string())
-            .replace("6000", &u64::MAX.to_string());
+        let longest = text.replace("1000", &u64::MAX.to_string());
         assert!(
             json_len(&longest) <= NOTICE_RESERVE,
             "{}",
@@ -399,11 +429,7 @@ mod tests {
             let e = result.error().unwrap();
             if limit >= 65536 {
                 assert!(e.traceback.starts_with("Traceback") && e.traceback.ends_with("E: end\n"));
-                assert!(
-                    e.message.contains("bytes as JSON) cut here"),
-                    "{}",
-                    e.message
-                );
+                assert!(e.message.contains("bytes) cut here"), "{}", e.message);
                 // With room for the notices, bounding again changes nothing.
                 let mut again = result.clone();
                 again.bound(limit);
@@ -427,10 +453,6 @@ mod tests {
         assert_eq!(result, before);
         result.stdout = "\u{1b}".repeat(1000);
         result.bound(10);
-        assert!(
-            result
-                .stdout
-                .contains("1000 characters (6000 bytes as JSON) cut")
-        );
+        assert!(result.stdout.contains("1000 characters (1000 bytes) cut"));
     }
 }
