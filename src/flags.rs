@@ -32,6 +32,8 @@ pub struct SandboxFlags {
     pub fuel: u64,
 
     /// Limit on stdout and stderr together, in bytes; past it the output is cut and the run stopped.
+    /// Output, result and exception as reported share half of it (measured as JSON), each longer
+    /// one cut in the middle with a notice, so that a reply stays within it.
     #[arg(long, value_name = "BYTES", default_value_t = Limits::DEFAULT_MAX_OUTPUT_BYTES as u64,
           value_parser = clap::value_parser!(u64).range(1..=(1 << 30)), env = "SAFE_PYTHON_MAX_OUTPUT")]
     pub max_output: u64,

@@ -10,6 +10,9 @@
 //! There is no tool that lists sessions: one process serves every conversation of a client, and a
 //! listing (even of counts and sizes) would tell one conversation about the others. Each reply
 //! describes the caller's own session instead.
+//!
+//! Every reply stays within the output limit plus [`REPLY_OVERHEAD_BYTES`], and live output within
+//! [`MAX_UPDATES`] and [`MAX_UPDATE_BYTES`].
 
 // MCP logging (`logging/setLevel`, `notifications/message`) is deprecated by SEP-2577, but current
 // clients still use it and we were asked to support it.
@@ -30,15 +33,17 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
-use self::progress::Progress;
+use self::progress::{Live, Progress};
+pub use self::progress::{MAX_UPDATE_BYTES, MAX_UPDATES};
 use self::tools::SessionCall;
-pub use self::tools::{MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments};
+pub use self::tools::{
+    MAX_CODE_BYTES, REPLY_OVERHEAD_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments,
+};
 use crate::flags::{SandboxFlags, parse_seconds};
 use crate::outcome::RunResult;
-use crate::output::Stream;
 use crate::sandbox::{RunOptions, Sandbox, SandboxOptions};
 use crate::sessions::{LeaseRun, SessionLimits, SessionRequest, Sessions};
 
@@ -206,20 +211,15 @@ impl PythonServer {
             }
             None => None,
         };
-        let _slot = until_cancelled(ct, self.0.slots.acquire())
+        let slot = until_cancelled(ct, self.0.slots.acquire())
             .await?
             .map_err(|_| ErrorData::internal_error("the server is shutting down", None))?;
 
-        let (sender, receiver) = mpsc::unbounded_channel();
-        let streaming = progress
+        let live = progress
             .is_wanted()
-            .then(|| tokio::spawn(progress.clone().forward(receiver)));
+            .then(|| Live::start(progress.clone(), ct.clone()));
         let mut options = self.0.options.clone();
-        if streaming.is_some() {
-            options.observer = Some(Arc::new(move |stream: Stream, bytes: &[u8]| {
-                let _ = sender.send((stream, bytes.to_vec()));
-            }));
-        }
+        options.observer = live.as_ref().map(Live::observer);
         let (result, session) = match lease {
             None => (
                 until_cancelled(ct, sandbox.run(&args.code, &options)).await?,
@@ -239,11 +239,11 @@ impl PythonServer {
                 Err(e) => (Err(e), None),
             },
         };
-        // The observer holds the channel's sender: dropping it lets the forwarder finish, so every
-        // output notification is sent before the result.
-        drop(options);
-        if let Some(forwarder) = streaming {
-            let _ = forwarder.await;
+        // The run is over: its worker is free for the next call while the live output that is
+        // left goes out (bounded, and cut short if the call is cancelled), before the reply.
+        drop(slot);
+        if let Some(live) = live {
+            live.finish().await;
         }
         let result = result.map_err(internal)?;
         Ok(tools::run_reply(&result, session))

@@ -315,7 +315,7 @@ impl Guest {
             Ok(Ok(())) => (state.read_report(), false),
         };
         let (stdout, stderr) = state.sink.take();
-        let result = RunResult {
+        let mut result = RunResult {
             outcome,
             stdout: String::from_utf8_lossy(&stdout).into_owned(),
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
@@ -325,6 +325,8 @@ impl Guest {
                 memory_peak_bytes: state.limiter.peak as u64,
             },
         };
+        // The report and the output came from the guest: cut them to size here, whatever it sent.
+        result.bound(limits.max_output_bytes);
         Ok(Call { result, broken })
     }
 }

@@ -72,13 +72,15 @@ pub fn tools(options: &RunOptions, sessions: SessionLimits) -> Vec<Tool> {
          - Sessions keep state between calls like cells of a notebook: variables, functions, classes and imports defined in one call are there in the next. Use them for work in steps, such as loading data once and analysing it in later calls. Pass `session: \"new\"` to start one: the reply gives its handle (`session.id`, like \"s_\" and 32 hex digits). Pass that handle as `session` in later calls to continue it; `reset: true` with the handle empties it first. Handles are private: only the conversation that started a session has its handle, and any other value (a name such as \"main\") is an error.\n\
          - A call that hits a limit is undone: its session goes back to its state from before that call, and the reply says so. An exception does not undo what ran before it.\n\
          - A session ends after {idle} without a call, when it is the least recently used idle one and a new session needs room (at most {max} are open), or when the server stops; a call with its handle then gets an error saying so: start a new session with \"new\". When all {max} are running calls, a new session is refused until one finishes.\n\
-         - Limits per call: {timeout} s of wall-clock time, {memory} MiB of memory, {output} KiB of output. Code that hits a limit is stopped and the reply says which limit.\n\
+         - Limits per call: {timeout} s of wall-clock time, {memory} MiB of memory, {output} KiB of printed output. Code that hits a limit is stopped and the reply says which limit.\n\
+         - The reply shows at most {shown} KiB of output, result and traceback together: longer text is cut in the middle, with a note saying how much was cut.\n\
          - An uncaught exception comes back as a Python traceback.",
         allowed = options.policy.allowed().join(", "),
         max = sessions.max,
         timeout = limits.timeout.as_secs_f64(),
         memory = limits.memory_bytes >> 20,
         output = limits.max_output_bytes >> 10,
+        shown = RunResult::text_budget(limits.max_output_bytes) >> 10,
     );
     let mut run_python = Tool::new(RUN_PYTHON, run, schema_for_type::<RunPythonArgs>());
     run_python.output_schema = Some(schema_for_output::<CallReport>());
@@ -118,8 +120,17 @@ pub struct SessionCall {
     pub rolled_back: bool,
 }
 
+/// What a `run_python` reply may take, serialised, beyond the output limit (`--max-output`): the
+/// JSON keys and stats, the fixed sentences of the text (the limit, the session notes, with the
+/// session's id), and the notices of cut fields when the limit is too small to hold them. The text
+/// the code produced (output, result, exception) fits the limit itself: the sandbox bounds it to
+/// half ([`RunResult::text_budget`]), and the reply carries it twice, as text and as structured
+/// content. A client can rely on this to size its buffers and timeouts.
+pub const REPLY_OVERHEAD_BYTES: usize = 8 << 10;
+
 /// The reply to `run_python`: the output first, then the result or the traceback, then a sentence
-/// for a hit limit, then what happened to the session.
+/// for a hit limit, then what happened to the session. `result` comes bounded from the sandbox, so
+/// the reply is within the output limit plus [`REPLY_OVERHEAD_BYTES`].
 pub fn run_reply(result: &RunResult, session: Option<SessionCall>) -> CallToolResult {
     let mut text = String::new();
     for (header, stream) in [("", &result.stdout), ("[stderr]\n", &result.stderr)] {
@@ -209,6 +220,50 @@ mod tests {
 
     fn args(v: serde_json::Value) -> Result<RunPythonArgs, ErrorData> {
         parse_arguments(Some(v.as_object().unwrap().clone()))
+    }
+
+    /// The worst a run can hand back: every field huge and full of control characters, a limit
+    /// reached, and a session with the longest notes.
+    fn worst_reply(max_output: usize) -> CallToolResult {
+        let huge = "\u{1b}[2J\"\\".repeat(1 << 20);
+        let mut result = RunResult {
+            outcome: Outcome::LimitReached {
+                limit: crate::outcome::Limit::Memory,
+                error: Some(crate::outcome::PythonError {
+                    kind: huge.clone(),
+                    message: huge.clone(),
+                    traceback: huge.clone(),
+                }),
+            },
+            stdout: huge.clone(),
+            stderr: huge,
+            stats: crate::outcome::Stats {
+                fuel: u64::MAX,
+                wall_ms: u64::MAX,
+                memory_peak_bytes: u64::MAX,
+            },
+        };
+        result.bound(max_output);
+        let session = SessionCall {
+            id: format!("s_{}", "f".repeat(32)),
+            started: Some(Start::New),
+            call: u64::MAX,
+            rolled_back: true,
+        };
+        run_reply(&result, Some(session))
+    }
+
+    #[test]
+    fn a_reply_stays_within_the_output_limit_plus_the_overhead() {
+        for max_output in [1, 100, 4096, 65536, 1 << 20] {
+            let sent = serde_json::to_string(&worst_reply(max_output))
+                .unwrap()
+                .len();
+            assert!(
+                sent <= max_output + REPLY_OVERHEAD_BYTES,
+                "{sent} bytes for --max-output {max_output}"
+            );
+        }
     }
 
     #[test]

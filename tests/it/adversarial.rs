@@ -5,7 +5,9 @@
 //! - the server answers the next call;
 //! - a canary environment variable set for the server never appears in any output;
 //! - no host file content appears;
-//! - the canary file in the server's working directory is untouched, and no file appears.
+//! - the canary file in the server's working directory is untouched, and no file appears;
+//! - the reply, text and structured content together as the client received them, serialises
+//!   within the server's `--max-output` plus its fixed overhead (`REPLY_OVERHEAD_BYTES`).
 //!
 //! Cases marked `open_server` run against a server that allows importing os, sys, io, socket and
 //! more: the allowlist is policy, the WebAssembly boundary is what must hold. The suite runs twice:
@@ -33,10 +35,13 @@ use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
+use safe_python_executor::mcp::REPLY_OVERHEAD_BYTES;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 const TIMEOUT_SECS: u64 = 3;
+/// The servers' `--max-output`.
+const MAX_OUTPUT: usize = 65536;
 const CANARY_ENV: &str = "SAFE_PYTHON_CANARY";
 const CANARY_VALUE: &str = "canary-9f3b1c-never-visible";
 const CANARY_FILE: &str = "canary.txt";
@@ -77,7 +82,7 @@ async fn server(dir: &Path, extra: &[&str]) -> Client {
             "--memory",
             "128",
             "--max-output",
-            "65536",
+            &MAX_OUTPUT.to_string(),
         ]);
     command.args(extra);
     let client =
@@ -213,6 +218,12 @@ async fn run_suite(in_sessions: bool) {
             Ok(r) => {
                 if let Err(e) = check_expectation(&case.expect, r) {
                     problems.push(e);
+                }
+                let sent = serde_json::to_string(r).unwrap().len();
+                if sent > MAX_OUTPUT + REPLY_OVERHEAD_BYTES {
+                    problems.push(format!(
+                        "the reply is {sent} bytes, over {MAX_OUTPUT} + {REPLY_OVERHEAD_BYTES}"
+                    ));
                 }
                 let everything = format!("{:?}{:?}", r.structured_content, r.content);
                 if everything.contains(CANARY_VALUE) {

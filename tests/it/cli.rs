@@ -218,6 +218,52 @@ fn json_mode_prints_one_object() {
     );
 }
 
+/// Hostile output, result and exception in `--json` and plain mode: what is printed after the run
+/// stays within the --max-output budget, each cut field saying how much went.
+#[test]
+fn printed_results_are_bounded_whatever_the_code_returns() {
+    let max_output = 65536;
+    let budget = safe_python_executor::RunResult::text_budget(max_output);
+    let code = "print('\\x1b' * 60000)\n\
+                E = type('E' * 10**6, (Exception,), {})\n\
+                raise E('\\x00' * 3000000)";
+    let o = sandbox_run(
+        &[
+            "--json",
+            "--max-output",
+            &max_output.to_string(),
+            "-c",
+            code,
+        ],
+        None,
+    );
+    assert_status(&o, 1);
+    // The JSON keys and stats, and the notices, are all that may come on top.
+    assert!(
+        o.stdout.len() <= budget + 1024,
+        "{} bytes of JSON",
+        o.stdout.len()
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    for field in [&v["stdout"], &v["error"]["type"], &v["error"]["message"]] {
+        let text = field.as_str().unwrap();
+        assert!(text.contains("bytes) cut here"), "{text:?}");
+    }
+    assert!(
+        v["error"]["traceback"]
+            .as_str()
+            .unwrap()
+            .starts_with("Traceback"),
+        "{v}"
+    );
+
+    let code = "class R:\n    def __repr__(self):\n        return '\\x07' * 10**6\nR()";
+    let o = sandbox_run(&["--max-output", &max_output.to_string(), "-c", code], None);
+    assert_status(&o, 0);
+    assert!(o.stdout.len() <= budget, "{} bytes printed", o.stdout.len());
+    assert!(stdout(&o).contains("characters ("), "{}", stdout(&o));
+}
+
 #[test]
 fn help_documents_exit_codes_and_defaults() {
     let o = sandbox_run(&["--help"], None);

@@ -716,3 +716,110 @@ async fn bad_session_arguments_are_refused() {
     );
     client.cancel().await.unwrap();
 }
+
+// Live output under a flood.
+
+/// The progress notifications recorded so far: how many, the bytes of their messages as sent
+/// (escaped in JSON), and the messages.
+fn notifications(recorder: &Recorder) -> (usize, usize, Vec<String>) {
+    let progress = recorder.progress.lock().unwrap();
+    let messages: Vec<String> = progress
+        .iter()
+        .filter_map(|(_, p)| p.message.clone())
+        .collect();
+    let bytes = messages
+        .iter()
+        .map(|m| serde_json::to_string(m).unwrap().len() - 2)
+        .sum();
+    (progress.len(), bytes, messages)
+}
+
+#[tokio::test]
+async fn a_notification_storm_is_coalesced_and_bounded() {
+    use safe_python_executor::mcp::{MAX_UPDATE_BYTES, MAX_UPDATES};
+    let (client, recorder) = connect(&["--allow", "sys", "--timeout", "30"]).await;
+    warm_up(&client).await;
+    recorder.progress.lock().unwrap().clear();
+    // Stream switches at every byte, half of them escapes that JSON sends as six bytes.
+    let code = "import sys\nfor i in range(200000):\n    sys.stdout.write('a')\n    sys.stderr.write('\\x1b')\n'done'";
+    let reply = client.call_tool(call(code)).await.unwrap();
+    assert_eq!(structured(&reply)["result"], "'done'", "{}", text(&reply));
+    let (count, bytes, messages) = notifications(&recorder);
+    assert!(
+        (1..=MAX_UPDATES).contains(&count),
+        "{count} notifications for 400000 writes"
+    );
+    assert!(bytes <= MAX_UPDATE_BYTES, "{bytes} bytes of notifications");
+    assert!(
+        messages[0].starts_with("a[stderr] \u{1b}[stdout] a"),
+        "both streams share an update: {:?}",
+        &messages[0][..40]
+    );
+    let last = messages.last().unwrap();
+    assert!(last.contains("live output stopped"), "{last:?}");
+    // The reply still carries the output.
+    let stdout = structured(&reply)["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with("aaaa"), "{:?}", &stdout[..40]);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_cancelled_call_sends_no_more_notifications() {
+    let (client, recorder) = connect(&["--timeout", "60", "--fuel", "10000000000000"]).await;
+    warm_up(&client).await;
+    let handle = client
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(Request::new(call(
+                "import time\nwhile True:\n    print('tick' * 100)\n    time.sleep(0.005)",
+            ))),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    handle.cancel(Some("test".into())).await.unwrap();
+    // What was in flight when the cancellation went out has arrived by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (at_cancel, ..) = notifications(&recorder);
+    assert!(at_cancel > 0, "the call streamed before it was cancelled");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let (later, ..) = notifications(&recorder);
+    assert_eq!(
+        later, at_cancel,
+        "notifications kept coming after the cancellation"
+    );
+    client.cancel().await.unwrap();
+}
+
+/// An exception of tens of MB, with the memory to raise it: the reply, as the client received it,
+/// stays within the output limit plus the fixed overhead, and says what it cut.
+#[tokio::test]
+async fn an_exception_of_tens_of_megabytes_gets_a_bounded_reply() {
+    use safe_python_executor::Limits;
+    use safe_python_executor::mcp::REPLY_OVERHEAD_BYTES;
+    let (client, _) = connect(&["--memory", "1024", "--timeout", "30"]).await;
+    let reply = client
+        .call_tool(call("raise ValueError('x' * (20 * 2**20))"))
+        .await
+        .unwrap();
+    let sent = serde_json::to_string(&reply).unwrap().len();
+    assert!(
+        sent <= Limits::DEFAULT_MAX_OUTPUT_BYTES + REPLY_OVERHEAD_BYTES,
+        "{sent} bytes"
+    );
+    let error = &structured(&reply)["error"];
+    assert_eq!(error["type"], "ValueError", "{}", text(&reply));
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains(" bytes) cut here"),
+        "{}",
+        &text(&reply)[..200]
+    );
+    assert!(
+        text(&reply).contains("bytes) cut here"),
+        "the text says what was cut too"
+    );
+    client.cancel().await.unwrap();
+}
