@@ -425,13 +425,13 @@ fn piped_output_is_byte_exact() {
 /// replacement quietly. This compiles the guest once (tens of seconds).
 #[test]
 fn a_planted_cache_entry_is_refused_with_a_warning_and_replaced() {
-    common::sandbox();
-    let shared = common::cache_dir();
-    let entry = std::fs::read_dir(&shared)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "cwasm"))
-        .expect("the shared cache holds the compiled guest");
+    // The entry this build uses: the shared cache may also hold entries of older builds.
+    let entry = match common::sandbox().prepared() {
+        safe_python_executor::Prepared::Loaded(p) | safe_python_executor::Prepared::Compiled(p) => {
+            p.clone()
+        }
+        other => panic!("the shared cache holds no compiled guest: {other:?}"),
+    };
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-planted-cache");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
