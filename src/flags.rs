@@ -14,7 +14,9 @@ use crate::sandbox::RunOptions;
 pub struct SandboxFlags {
     /// Also allow importing these modules (comma-separated, repeatable; an empty value adds none),
     /// on top of: collections, datetime, itertools, math, queue, random, re, stat, statistics,
-    /// time, unicodedata.
+    /// time, unicodedata. A package allows its submodules. A dotted name allows what an import of
+    /// it hands over: `--allow os.path` allows `from os.path import join`, but `import os.path`
+    /// binds `os` and needs `--allow os`.
     #[arg(long, value_name = "MOD[,MOD...]", value_delimiter = ',', env = "SAFE_PYTHON_ALLOW", value_parser = parse_module)]
     pub allow: Vec<String>,
 

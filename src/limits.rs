@@ -44,6 +44,9 @@ impl Default for Limits {
 
 /// Which modules user code may import. The standard library's own internal imports are not
 /// policed. This is policy, not the security boundary: the WebAssembly sandbox is (see README).
+///
+/// The guest asks about the module an import hands to user code: `import a.b` binds `a`, so it
+/// asks about `a`; `from a.b import x` returns `a.b`, so it asks about `a.b`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImportPolicy {
     allowed: Vec<String>,
@@ -105,13 +108,7 @@ impl Default for ImportPolicy {
 
 /// Checks a module name given on a command line or in a configuration.
 pub fn validate_module_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.split('.').all(|part| {
-            let mut chars = part.chars();
-            matches!(chars.next(), Some(c) if c == '_' || c.is_alphabetic())
-                && chars.all(|c| c == '_' || c.is_alphanumeric())
-        });
-    if ok {
+    if safe_python_protocol::is_module_name(name) {
         Ok(())
     } else {
         Err(format!("'{name}' is not a Python module name"))
@@ -148,5 +145,7 @@ mod tests {
         assert!(validate_module_name("a..b").is_err());
         assert!(validate_module_name("1abc").is_err());
         assert!(validate_module_name("os;rm").is_err());
+        assert!(validate_module_name(&"a".repeat(5000)).is_err());
+        assert!(validate_module_name("os\0").is_err());
     }
 }

@@ -111,6 +111,9 @@ impl Sandbox {
         let mut linker = Linker::new(&engine);
         p1::add_to_linker_async(&mut linker, |s: &mut HostState| &mut s.wasi)
             .map_err(SandboxError::Link)?;
+        linker.allow_shadowing(true);
+        add_wasi_overrides_to_linker(&mut linker).map_err(SandboxError::Link)?;
+        linker.allow_shadowing(false);
         add_protocol_to_linker(&mut linker).map_err(SandboxError::Link)?;
         let pre = linker
             .instantiate_pre(&module)
@@ -192,7 +195,10 @@ impl Guest {
             limiter: MemoryLimiter::default(),
             request: Vec::new(),
             policy: Arc::default(),
+            deadline: Instant::now(),
             report: None,
+            report_limit: protocol::MAX_REPORT_BYTES,
+            report_too_large: None,
             protocol_fault: None,
         };
         let mut store = Store::new(&sandbox.engine, state);
@@ -263,11 +269,14 @@ impl Guest {
         options: &RunOptions,
     ) -> Result<Call, SandboxError> {
         let limits = &options.limits;
+        let max_field_bytes = u32::try_from(limits.max_output_bytes)
+            .unwrap_or(u32::MAX)
+            .min(protocol::MAX_FIELD_BYTES);
         let request = serde_json::to_vec(&Request {
             code: code.to_owned(),
             filename: filename.to_owned(),
             allowed: options.policy.allowed().to_vec(),
-            max_result_chars: u32::try_from(limits.max_output_bytes).unwrap_or(u32::MAX),
+            max_field_bytes,
         })
         .expect("a request always serialises");
         let size = self.memory().map_or(0, <[u8]>::len);
@@ -275,7 +284,10 @@ impl Guest {
         state.request = request;
         state.policy = options.policy.clone();
         state.report = None;
+        state.report_limit = protocol::report_limit(max_field_bytes);
+        state.report_too_large = None;
         state.protocol_fault = None;
+        state.deadline = Instant::now() + limits.timeout;
         state.limiter = MemoryLimiter {
             max: limits.memory_bytes,
             peak: size,
@@ -363,7 +375,13 @@ struct HostState {
     limiter: MemoryLimiter,
     request: Vec<u8>,
     policy: Arc<ImportPolicy>,
+    /// When the current call's time is up, for host functions that run long.
+    deadline: Instant,
     report: Option<Vec<u8>>,
+    /// The largest report this call accepts ([`protocol::report_limit`] of its request).
+    report_limit: u32,
+    /// The size of a report over `report_limit`, which was not read.
+    report_too_large: Option<u32>,
     /// Set when the guest broke the protocol; the run then ends as [`Outcome::Trapped`].
     protocol_fault: Option<String>,
 }
@@ -373,26 +391,42 @@ impl HostState {
         if let Some(fault) = &self.protocol_fault {
             return trapped(fault);
         }
-        match &self.report {
-            Some(bytes) => decode_report(bytes),
-            None => trapped("the guest returned without reporting"),
+        if let Some(len) = self.report_too_large {
+            return Outcome::LimitReached {
+                limit: Limit::Output,
+                error: Some(PythonError {
+                    kind: "ReportTooLarge".into(),
+                    message: format!(
+                        "the run's report ({len} bytes) is larger than the {} bytes this call \
+                         accepts, so none of it was kept (result, exception or traceback)",
+                        self.report_limit
+                    ),
+                    traceback: String::new(),
+                }),
+            };
+        }
+        match (&self.report, self.limiter.denied) {
+            (None, _) => trapped("the guest returned without reporting"),
+            // Python got to raise after the limiter refused memory: the limit, whatever the
+            // exception's class is called.
+            (Some(bytes), true) => match decode_report(bytes) {
+                Outcome::Raised(error) => Outcome::LimitReached {
+                    limit: Limit::Memory,
+                    error: Some(error),
+                },
+                other => other,
+            },
+            (Some(bytes), false) => decode_report(bytes),
         }
     }
 }
 
 /// How a run that returned normally ended, from the bytes its guest reported. The bytes are
 /// untrusted: whatever they hold, the answer is an outcome (a malformed report is a guest fault,
-/// [`Outcome::Trapped`]), never a panic.
+/// [`Outcome::Trapped`]), never a panic. An exception is only an exception here, whatever its
+/// name: whether memory ran out is the host's own record (see [`HostState::read_report`]).
 pub fn decode_report(bytes: &[u8]) -> Outcome {
     match serde_json::from_slice::<Report>(bytes) {
-        // Whether the allocator was refused growth or Python refused an impossible size up
-        // front (`[0] * 10**9`), a MemoryError in the sandbox means the memory limit.
-        Ok(Report {
-            error: Some(error), ..
-        }) if error.kind == "MemoryError" => Outcome::LimitReached {
-            limit: Limit::Memory,
-            error: Some(error),
-        },
         Ok(Report {
             error: Some(error), ..
         }) => Outcome::Raised(error),
@@ -505,6 +539,59 @@ fn read_guest(
     Ok(buf)
 }
 
+/// WASI preview 1 error numbers (from its witx) that [`add_wasi_overrides_to_linker`] returns.
+const ERRNO_FAULT: i32 = 21;
+const ERRNO_IO: i32 = 29;
+
+/// How much of a `random_get` buffer is filled at a time.
+const RANDOM_CHUNK: usize = 1 << 20;
+
+/// Shadows the WASI preview 1 calls whose wasmtime-wasi versions trap on arguments Python code
+/// chooses (surveyed in wasmtime-wasi 48.0.8's `p1.rs`; every other call the guest can make with
+/// its own arguments answers with an errno):
+///
+/// - `random_get` refuses a buffer over its per-call cap with a trap, which `os.urandom(10**7)`
+///   reaches. This one fills any buffer inside the guest's memory in place, a chunk at a time
+///   straight from the OS (the host allocates nothing), and stops with the run's time limit. A
+///   buffer outside the guest's memory is `EFAULT`, an OS failure `EIO`: `OSError` in Python.
+/// - `proc_exit` traps with a plain error for a status outside 0..126 (`os._exit(200)`); this one
+///   exits with any status, which the host reports as `SystemExit` like the others.
+fn add_wasi_overrides_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    linker.func_wrap(
+        "wasi_snapshot_preview1",
+        "random_get",
+        |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| -> wasmtime::Result<i32> {
+            let deadline = caller.data().deadline;
+            let memory = memory(&mut caller)?;
+            let data = memory.data_mut(&mut caller);
+            let (start, len) = (ptr as u32 as usize, len as u32 as usize);
+            let Some(buf) = start
+                .checked_add(len)
+                .and_then(|end| data.get_mut(start..end))
+            else {
+                return Ok(ERRNO_FAULT);
+            };
+            for chunk in buf.chunks_mut(RANDOM_CHUNK) {
+                if Instant::now() > deadline {
+                    return Err(Trap::Interrupt.into());
+                }
+                if getrandom::fill(chunk).is_err() {
+                    return Ok(ERRNO_IO);
+                }
+            }
+            Ok(0)
+        },
+    )?;
+    linker.func_wrap(
+        "wasi_snapshot_preview1",
+        "proc_exit",
+        |_: Caller<'_, HostState>, status: i32| -> wasmtime::Result<()> {
+            Err(I32Exit(status).into())
+        },
+    )?;
+    Ok(())
+}
+
 fn add_protocol_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     use protocol::{IMPORT_MODULE as M, imports};
     linker.func_wrap(
@@ -526,8 +613,14 @@ fn add_protocol_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()
         M,
         imports::IMPORT_ALLOWED,
         |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
+            // A name too long to be one, or not UTF-8, is refused rather than read: an
+            // `ImportError` for the code, not a trap.
+            if !u32::try_from(len).is_ok_and(|l| l <= protocol::MAX_MODULE_NAME_BYTES) {
+                return Ok(0);
+            }
             let name = read_guest(&mut caller, ptr, len, protocol::MAX_MODULE_NAME_BYTES)?;
-            let allowed = std::str::from_utf8(&name).is_ok_and(|n| caller.data().policy.allows(n));
+            let allowed = std::str::from_utf8(&name)
+                .is_ok_and(|n| protocol::is_module_name(n) && caller.data().policy.allows(n));
             Ok(i32::from(allowed))
         },
     )?;
@@ -535,12 +628,17 @@ fn add_protocol_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()
         M,
         imports::REPORT,
         |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
-            match read_guest(&mut caller, ptr, len, protocol::MAX_REPORT_BYTES) {
-                Ok(bytes) if caller.data().report.is_none() => {
-                    caller.data_mut().report = Some(bytes)
+            let state = caller.data();
+            let limit = state.report_limit;
+            if state.report.is_some() || state.report_too_large.is_some() {
+                caller.data_mut().protocol_fault = Some("the guest reported twice".into());
+            } else if u32::try_from(len).is_ok_and(|l| l > limit) {
+                caller.data_mut().report_too_large = Some(len as u32);
+            } else {
+                match read_guest(&mut caller, ptr, len, limit) {
+                    Ok(bytes) => caller.data_mut().report = Some(bytes),
+                    Err(e) => caller.data_mut().protocol_fault = Some(format!("{e:#}")),
                 }
-                Ok(_) => caller.data_mut().protocol_fault = Some("the guest reported twice".into()),
-                Err(e) => caller.data_mut().protocol_fault = Some(format!("{e:#}")),
             }
             Ok(())
         },

@@ -4,18 +4,29 @@
 //! interpreter once, when Wizer takes the snapshot; every instance then starts from that memory
 //! image. Runs on the same instance (a session) share one `__main__`; a fresh instance shares
 //! nothing with any other.
+//!
+//! The driver (compile, run, describe the result) is Rust, not Python: user code runs with no
+//! driver frame beneath it, every function it can reach that the sandbox put there is native (no
+//! `__globals__`, no closure cells), and the state that matters (the import trust set, the request,
+//! the cut bounds) lives in Rust where Python cannot reach it.
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashSet;
 
-use rustpython::{InterpreterBuilder, InterpreterBuilderExt};
-use rustpython::vm::builtins::{PyStr, PyTupleRef};
-use rustpython::vm::function::FuncArgs;
-use rustpython::vm::{
-    AsObject, Interpreter, PyObjectRef, PyResult, Settings, TryFromObject, VirtualMachine,
+use rustpython::vm::builtins::{
+    PyBaseExceptionRef, PyClassMethod, PyCode, PyDict, PyFunction, PyList, PyModule,
+    PyStaticMethod, PyStr, PyTuple, PyType,
 };
-use safe_python_protocol::{PythonError, Report, Request};
+use rustpython::vm::frame::FrameObjectRef;
+use rustpython::vm::function::{FuncArgs, KwArgs};
+use rustpython::vm::scope::Scope;
+use rustpython::vm::{
+    AsObject, Interpreter, PyObjectRef, PyRef, PyResult, Settings, TryFromObject, VirtualMachine,
+};
+use rustpython::{InterpreterBuilder, InterpreterBuilderExt};
+use safe_python_protocol::{self as protocol, PythonError, Report, Request};
 
-#[link(wasm_import_module = "safe_python_v2")]
+#[link(wasm_import_module = "safe_python_v3")]
 unsafe extern "C" {
     fn request_len() -> i32;
     fn request_read(ptr: *mut u8);
@@ -24,7 +35,7 @@ unsafe extern "C" {
 }
 
 // The literal in `#[link]` cannot name the constant: keep the two in step at compile time.
-const _: () = assert!(eq(safe_python_protocol::IMPORT_MODULE.as_bytes(), b"safe_python_v2"));
+const _: () = assert!(eq(protocol::IMPORT_MODULE.as_bytes(), b"safe_python_v3"));
 const fn eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
@@ -42,22 +53,78 @@ const fn eq(a: &[u8], b: &[u8]) -> bool {
 /// Modules imported into the snapshot so that importing them costs nothing at run time. These are
 /// the default allowlist plus what the driver needs; importing is not allowing.
 const PRELOADED: &[&str] = &[
-    "collections", "datetime", "itertools", "math", "queue", "random", "re", "stat", "statistics",
-    "time", "unicodedata", "ast", "traceback", "linecache", "types", "io", "json", "functools",
-    "operator", "string", "decimal", "fractions", "heapq", "bisect", "copy", "textwrap",
+    "collections",
+    "datetime",
+    "itertools",
+    "math",
+    "queue",
+    "random",
+    "re",
+    "stat",
+    "statistics",
+    "time",
+    "unicodedata",
+    "ast",
+    "traceback",
+    "linecache",
+    "types",
+    "io",
+    "json",
+    "functools",
+    "operator",
+    "string",
+    "decimal",
+    "fractions",
+    "heapq",
+    "bisect",
+    "copy",
+    "textwrap",
 ];
 
-const DRIVER: &str = include_str!("driver.py");
+/// Hidden names the final statement's rewrite stores into; no Python source can spell them.
+const RESULT: &str = "<result>";
+const BASE: &str = "<base>";
+const INDEX: &str = "<index>";
+
+/// Native objects the driver uses, fetched once at initialisation so that user code replacing a
+/// module attribute later changes nothing the driver calls.
+struct Driver {
+    compile: PyObjectRef,
+    format_exception: PyObjectRef,
+    linecache: PyObjectRef,
+    random_inst: PyObjectRef,
+    /// `_random.Random.seed`, the native seeding under `random.Random.seed`.
+    seed: PyObjectRef,
+    ast: Ast,
+    /// The `__main__` module of this instance and its namespace, made by its first run and kept
+    /// by the later ones.
+    main: RefCell<Option<(PyObjectRef, PyRef<PyDict>)>>,
+}
+
+/// The `_ast` node classes the final statement's rewrite builds.
+struct Ast {
+    module: PyObjectRef,
+    assign: PyObjectRef,
+    aug_assign: PyObjectRef,
+    ann_assign: PyObjectRef,
+    name: PyObjectRef,
+    attribute: PyObjectRef,
+    subscript: PyObjectRef,
+    store: PyObjectRef,
+    load: PyObjectRef,
+}
 
 struct Guest {
     interpreter: Interpreter,
-    /// `driver.run`, the Python side of a run.
-    run: PyObjectRef,
+    driver: Driver,
 }
 
-// wasm32-wasip1 has one thread; the snapshot keeps this cell filled.
+// wasm32-wasip1 has one thread; the snapshot keeps these cells filled.
 thread_local! {
     static GUEST: OnceCell<Guest> = const { OnceCell::new() };
+    static TRUST: RefCell<Trust> = RefCell::new(Trust::default());
+    /// The request being run: the refusal wording and the cut bound.
+    static REQUEST: RefCell<Option<Request>> = const { RefCell::new(None) };
 }
 
 #[unsafe(no_mangle)]
@@ -74,91 +141,440 @@ pub extern "C" fn sandbox_init() {
                 .settings(settings)
                 .init_stdlib()
                 .interpreter();
-            let run = interpreter.enter(|vm| match prepare(vm) {
-                Ok(run) => run,
+            let driver = interpreter.enter(|vm| match prepare(vm) {
+                Ok(driver) => driver,
                 Err(exc) => {
                     vm.print_exception(&exc);
                     panic!("the guest failed to initialise");
                 }
             });
-            Guest { interpreter, run }
+            Guest {
+                interpreter,
+                driver,
+            }
         });
     });
 }
 
-fn prepare(vm: &VirtualMachine) -> PyResult<PyObjectRef> {
+fn prepare(vm: &VirtualMachine) -> PyResult<Driver> {
     for name in PRELOADED {
         vm.import(*name, 0)?;
     }
-    let scope = vm.new_scope_with_builtins();
-    scope.globals.set_item("__name__", vm.ctx.new_str("_sandbox_driver").into(), vm)?;
-    vm.run_string(scope.clone(), DRIVER, "<sandbox>")?;
-    let run = scope.globals.get_item("run", vm)?;
+    let module = |name: &'static str| vm.import(name, 0);
+    let ast = module("_ast")?;
+    let node = |name: &'static str| ast.get_attr(name, vm);
+    let driver = Driver {
+        compile: vm.builtins.get_attr("compile", vm)?,
+        format_exception: module("traceback")?.get_attr("format_exception", vm)?,
+        linecache: module("linecache")?.get_attr("cache", vm)?,
+        random_inst: module("random")?.get_attr("_inst", vm)?,
+        seed: module("_random")?
+            .get_attr("Random", vm)?
+            .get_attr("seed", vm)?,
+        ast: Ast {
+            module: node("Module")?,
+            assign: node("Assign")?,
+            aug_assign: node("AugAssign")?,
+            ann_assign: node("AnnAssign")?,
+            name: node("Name")?,
+            attribute: node("Attribute")?,
+            subscript: node("Subscript")?,
+            store: node("Store")?.call((), vm)?,
+            load: node("Load")?.call((), vm)?,
+        },
+        main: RefCell::new(None),
+    };
+    deny_files(vm)?;
+    trust_loaded_modules(vm)?;
     install_import_policy(vm)?;
-    Ok(run)
+    Ok(driver)
 }
 
-/// Replaces `builtins.__import__` with a native function (it has no `__globals__` or closure for
-/// user code to reach the original through) that asks the host about imports made by user code.
-fn install_import_policy(vm: &VirtualMachine) -> PyResult<()> {
-    let original = vm.builtins.get_attr("__import__", vm)?;
-    let hook = vm.new_function("__import__", move |args: FuncArgs, vm: &VirtualMachine| -> PyResult {
-        check_import(&args, vm)?;
-        original.call(args, vm)
+/// `open` (and `io.open`) raise `PermissionError`. There is no file system behind the sandbox
+/// anyway; this gives a clear message instead of "file not found".
+fn deny_files(vm: &VirtualMachine) -> PyResult<()> {
+    let open = vm.new_function("open", |args: FuncArgs, vm: &VirtualMachine| -> PyResult {
+        let file = args.args.first().cloned().unwrap_or_else(|| vm.ctx.none());
+        let msg = vm
+            .ctx
+            .new_str("file access is not available in this sandbox");
+        Err(vm.invoke_exception(
+            vm.ctx.exceptions.permission_error,
+            vec![vm.ctx.new_int(13).into(), msg.into(), file],
+        )?)
     });
-    vm.builtins.as_object().set_attr("__import__", hook, vm)
+    vm.builtins.as_object().set_attr("open", open.clone(), vm)?;
+    vm.import("io", 0)?.set_attr("open", open, vm)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Import policy
+
+/// Which code is the standard library's own, by identity of its code objects (strong references
+/// keep the identities from being reused). Nothing user code passes to an import (globals,
+/// `__name__`, file names given to `compile`, `code.replace`) can make a code object one of these.
+#[derive(Default)]
+struct Trust {
+    codes: HashSet<usize>,
+    keep: Vec<PyRef<PyCode>>,
+    /// For each import in progress that the policy let through, how many Python frames were on
+    /// the stack when it started: frames above that belong to the import itself.
+    imports: Vec<usize>,
+}
+
+impl Trust {
+    fn contains(&self, code: &PyRef<PyCode>) -> bool {
+        self.codes
+            .contains(&(code.as_object() as *const _ as usize))
+    }
+
+    /// Trusts `code` and every code object nested in its constants (functions, classes,
+    /// lambdas, comprehensions defined in it).
+    fn add_code(&mut self, code: PyRef<PyCode>, vm: &VirtualMachine) {
+        if !self.codes.insert(code.as_object() as *const _ as usize) {
+            return;
+        }
+        if let Ok(consts) = code.as_object().get_attr("co_consts", vm)
+            && let Some(consts) = consts.downcast_ref::<PyTuple>()
+        {
+            for c in consts.as_slice() {
+                if let Ok(inner) = c.clone().downcast::<PyCode>() {
+                    self.add_code(inner, vm);
+                }
+            }
+        }
+        self.keep.push(code);
+    }
+
+    /// Trusts the code of a function, of every function in a class (methods, static and class
+    /// methods, properties), recursively. Only run at initialisation, before any user code.
+    fn add_object(&mut self, obj: &PyObjectRef, seen: &mut HashSet<usize>, vm: &VirtualMachine) {
+        if !seen.insert(obj.as_object() as *const _ as usize) {
+            return;
+        }
+        if let Some(code) = obj.downcast_ref::<PyCode>() {
+            self.add_code(code.to_owned(), vm);
+        } else if obj.downcast_ref::<PyFunction>().is_some() {
+            if let Ok(code) = obj.get_attr("__code__", vm)
+                && let Ok(code) = code.downcast::<PyCode>()
+            {
+                self.add_code(code, vm);
+            }
+        } else if obj.downcast_ref::<PyStaticMethod>().is_some()
+            || obj.downcast_ref::<PyClassMethod>().is_some()
+        {
+            if let Ok(f) = obj.get_attr("__func__", vm) {
+                self.add_object(&f, seen, vm);
+            }
+        } else if obj.class().is(vm.ctx.types.property_type) {
+            for accessor in ["fget", "fset", "fdel"] {
+                if let Ok(f) = obj.get_attr(accessor, vm) {
+                    self.add_object(&f, seen, vm);
+                }
+            }
+        } else if obj.downcast_ref::<PyType>().is_some()
+            && let Ok(namespace) = obj.get_attr("__dict__", vm)
+            && let Ok(members) = vm.call_method(&namespace, "values", ())
+            && let Ok(members) = members.try_to_value::<Vec<PyObjectRef>>(vm)
+        {
+            for member in &members {
+                self.add_object(member, seen, vm);
+            }
+        }
+    }
+}
+
+/// Trusts the code of every module loaded while the snapshot is taken.
+fn trust_loaded_modules(vm: &VirtualMachine) -> PyResult<()> {
+    let modules = vm.sys_module.get_attr("modules", vm)?;
+    let modules = modules
+        .downcast::<PyDict>()
+        .map_err(|_| vm.new_type_error("sys.modules"))?;
+    let mut seen = HashSet::new();
+    TRUST.with(|t| {
+        let mut trust = t.borrow_mut();
+        for (_, module) in modules.into_iter() {
+            let Some(module) = module.downcast_ref::<PyModule>() else {
+                continue;
+            };
+            for (_, value) in module.dict().into_iter() {
+                trust.add_object(&value, &mut seen, vm);
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The Python frames on the stack, innermost first.
+fn frames(vm: &VirtualMachine) -> Vec<FrameObjectRef> {
+    let mut out = Vec::new();
+    let mut frame = vm.current_frame();
+    while let Some(f) = frame {
+        frame = f.f_back(vm);
+        out.push(f);
+    }
+    out
+}
+
+/// Whether a request comes from the standard library itself: the calling frame runs trusted
+/// code, the module `name` it asks for is spelled out in that code (a dynamic name, such as one a
+/// stdlib function was given by user code, is not vouched for; codec modules are the exception,
+/// since codec lookup builds their names), and every frame of the import in progress that the
+/// policy let through runs trusted code too (so a hook user code planted in the import machinery
+/// cannot ride on it). With `within_import`, an import let through must be in progress: modules
+/// are made only by imports, never by a direct call of a loader.
+fn stdlib_request(vm: &VirtualMachine, name: Option<&str>, within_import: bool) -> bool {
+    let frames = frames(vm);
+    // No Python frame: a native callback the driver ran (a `__repr__` or `flush` that is a
+    // builtin), which user code chose.
+    let Some(caller) = frames.first() else {
+        return false;
+    };
+    let code = caller.f_code();
+    if let Some(name) = name
+        && !name.starts_with("encodings.")
+        && !spelled_in(&code, name, vm)
+    {
+        return false;
+    }
+    TRUST.with(|t| {
+        let trust = t.borrow();
+        if !trust.contains(&code) {
+            return false;
+        }
+        match trust.imports.last() {
+            Some(&base) => frames
+                .iter()
+                .take(frames.len().saturating_sub(base))
+                .all(|f| trust.contains(&f.f_code())),
+            None => !within_import,
+        }
+    })
+}
+
+/// Whether `name` is one of the names or string constants of `code`.
+fn spelled_in(code: &PyRef<PyCode>, name: &str, vm: &VirtualMachine) -> bool {
+    ["co_names", "co_consts"].iter().any(|field| {
+        code.as_object()
+            .get_attr(*field, vm)
+            .ok()
+            .and_then(|t| t.downcast::<PyTuple>().ok())
+            .is_some_and(|t| {
+                t.as_slice().iter().any(|item| {
+                    item.downcast_ref::<PyStr>()
+                        .is_some_and(|s| s.to_str() == Some(name))
+                })
+            })
+    })
+}
+
+/// Runs `f` as an import the policy let through: nested imports made by the standard library's
+/// own frames above this point are trusted, and frozen modules loaded by it become trusted.
+fn letting_through<T>(vm: &VirtualMachine, f: impl FnOnce() -> T) -> T {
+    let depth = frames(vm).len();
+    TRUST.with(|t| t.borrow_mut().imports.push(depth));
+    let out = f();
+    TRUST.with(|t| t.borrow_mut().imports.pop());
+    out
 }
 
 fn arg<'a>(args: &'a FuncArgs, index: usize, name: &str) -> Option<&'a PyObjectRef> {
     args.args.get(index).or_else(|| args.kwargs.get(name))
 }
 
-fn check_import(args: &FuncArgs, vm: &VirtualMachine) -> PyResult<()> {
-    let globals = arg(args, 1, "globals").filter(|g| !vm.is_none(g));
-    if !is_user_code(globals, vm) {
-        return Ok(());
+fn import_error(vm: &VirtualMachine, msg: String, name: &str) -> PyBaseExceptionRef {
+    vm.new_import_error(msg, vm.ctx.new_str(name))
+}
+
+/// Replaces `builtins.__import__` with a native function that asks the host about imports made
+/// by user code, and wraps the `_imp` functions that make modules so that only imports the
+/// policy let through can use them (the route around `__import__` through a module's
+/// `__spec__.loader`).
+fn install_import_policy(vm: &VirtualMachine) -> PyResult<()> {
+    // Fetched first: once the hook is in place, an import from here (no frame) is policed.
+    let imp = vm.import("_imp", 0)?;
+    let original = vm.builtins.get_attr("__import__", vm)?;
+    let hook = vm.new_function(
+        "__import__",
+        move |args: FuncArgs, vm: &VirtualMachine| -> PyResult {
+            let name = arg(&args, 0, "name")
+                .and_then(|n| n.downcast_ref::<PyStr>())
+                .and_then(|n| n.to_str().map(str::to_owned));
+            let level = arg(&args, 4, "level")
+                .and_then(|l| i64::try_from_object(vm, l.clone()).ok())
+                .unwrap_or(0);
+            // A relative import names its module relative to a package the frame's globals say,
+            // which is checked instead of the name. An import that loads nothing (a native
+            // function fetching a loaded module, as `json`'s encoder does) need not be spelled.
+            let spelled = match &name {
+                _ if level > 0 => None,
+                Some(n) if loads_nothing(&args, n, vm) => None,
+                other => other.as_deref(),
+            };
+            // With no frame at all, the interpreter's own machinery is asking (reporting what a
+            // `__del__` raised once the code ended fetches `sys`): handing back a module that
+            // is loaded already loads nothing, and no user frame is there to receive it.
+            if level <= 0
+                && vm.current_frame().is_none()
+                && name.as_deref().is_some_and(|n| loads_nothing(&args, n, vm))
+            {
+                return original.call(args, vm);
+            }
+            if name.is_some()
+                && stdlib_request(vm, spelled, false)
+                && (level <= 0 || relative_base_loaded(&args, level, vm))
+            {
+                return letting_through(vm, || original.call(args, vm));
+            }
+            let args = checked_import(&args, vm)?;
+            letting_through(vm, || original.call(args, vm))
+        },
+    );
+    vm.builtins.as_object().set_attr("__import__", hook, vm)?;
+
+    let get_frozen = imp.get_attr("get_frozen_object", vm)?;
+    let wrapped = vm.new_function(
+        "get_frozen_object",
+        move |args: FuncArgs, vm: &VirtualMachine| -> PyResult {
+            // Code unmarshalled from caller-supplied data is never trusted.
+            let from_data = arg(&args, 1, "data").is_some_and(|d| !vm.is_none(d));
+            let trusted = !from_data && stdlib_request(vm, None, true);
+            let code = get_frozen.call(args, vm)?;
+            if trusted && let Ok(code) = code.clone().downcast::<PyCode>() {
+                TRUST.with(|t| t.borrow_mut().add_code(code, vm));
+            }
+            Ok(code)
+        },
+    );
+    imp.set_attr("get_frozen_object", wrapped, vm)?;
+    for name in ["create_builtin", "init_frozen", "create_dynamic"] {
+        let Ok(inner) = imp.get_attr(name, vm) else {
+            continue;
+        };
+        let guarded = vm.new_function(
+            name,
+            move |args: FuncArgs, vm: &VirtualMachine| -> PyResult {
+                if !stdlib_request(vm, None, true) {
+                    return Err(import_error(
+                        vm,
+                        "modules are made only by imports in this sandbox".to_owned(),
+                        "",
+                    ));
+                }
+                inner.call(args, vm)
+            },
+        );
+        imp.set_attr(name, guarded, vm)?;
     }
+    Ok(())
+}
+
+/// Whether importing `name` with these arguments only hands back loaded modules: an absolute
+/// import with no fromlist of a module whose every package is in `sys.modules` already.
+fn loads_nothing(args: &FuncArgs, name: &str, vm: &VirtualMachine) -> bool {
+    let empty_fromlist = arg(args, 3, "fromlist").is_none_or(|f| {
+        vm.is_none(f)
+            || f.downcast_ref::<PyTuple>().is_some_and(|t| t.is_empty())
+            || f.downcast_ref::<PyList>()
+                .is_some_and(|l| l.borrow_vec().is_empty())
+    });
+    let Ok(modules) = vm.sys_module.get_attr("modules", vm) else {
+        return false;
+    };
+    empty_fromlist
+        && !name.is_empty()
+        && name
+            .match_indices('.')
+            .map(|(i, _)| &name[..i])
+            .chain([name])
+            .all(|prefix| {
+                modules
+                    .downcast_ref::<PyDict>()
+                    .is_some_and(|m| m.get_item_opt(prefix, vm).is_ok_and(|v| v.is_some()))
+            })
+}
+
+/// Whether the package a relative import starts from is loaded already: a trusted function run
+/// with forged globals (`types.FunctionType(code, {'__package__': ...})`) cannot make a relative
+/// import load a package of the caller's choosing.
+fn relative_base_loaded(args: &FuncArgs, level: i64, vm: &VirtualMachine) -> bool {
+    let Some(globals) = arg(args, 1, "globals").and_then(|g| g.downcast_ref::<PyDict>()) else {
+        return false;
+    };
+    let Ok(Some(package)) = globals.get_item_opt("__package__", vm) else {
+        return false;
+    };
+    let Some(package) = package.downcast_ref::<PyStr>().and_then(|p| p.to_str()) else {
+        return false;
+    };
+    let mut base = package;
+    for _ in 1..level {
+        match base.rsplit_once('.') {
+            Some((parent, _)) => base = parent,
+            None => return false,
+        }
+    }
+    !base.is_empty()
+        && vm
+            .sys_module
+            .get_attr("modules", vm)
+            .is_ok_and(|m| m.get_item(base, vm).is_ok())
+}
+
+/// The arguments of an import user code asked for, checked with the host and normalised (an
+/// exact `str` name, a tuple fromlist, level 0) so that what the real `__import__` sees is what
+/// was checked.
+fn checked_import(args: &FuncArgs, vm: &VirtualMachine) -> PyResult<FuncArgs> {
     let Some(name) = arg(args, 0, "name").and_then(|n| n.downcast_ref::<PyStr>()) else {
         // Let the real `__import__` raise its own TypeError.
-        return Ok(());
+        return Ok(args.clone());
     };
+    let shown = name.to_string_lossy();
+    let shown = clip(&shown, 200);
     let level = arg(args, 4, "level")
         .map(|l| i64::try_from_object(vm, l.clone()))
         .transpose()?
         .unwrap_or(0);
-    let name = name.to_string_lossy();
     if level != 0 {
-        return Err(vm.new_import_error(
+        return Err(import_error(
+            vm,
             "relative imports are not available in this sandbox".to_owned(),
-            vm.ctx.new_str(name.as_ref()),
+            &shown,
         ));
     }
-    if host_allows(&name) {
-        return Ok(());
+    let Some(name) = name.to_str().filter(|n| protocol::is_module_name(n)) else {
+        return Err(import_error(
+            vm,
+            format!("'{shown}' is not a module name this sandbox imports"),
+            &shown,
+        ));
+    };
+    let fromlist: Vec<PyObjectRef> = match arg(args, 3, "fromlist") {
+        Some(f) if !vm.is_none(f) => f.try_to_value(vm)?,
+        _ => Vec::new(),
+    };
+    // `import a.b` binds `a`; `from a.b import x` hands over `a.b`.
+    let handed = if fromlist.is_empty() {
+        name.split('.').next().unwrap_or(name)
+    } else {
+        name
+    };
+    if !host_allows(handed) {
+        let allowed = REQUEST.with(|r| r.borrow().as_ref().map(|r| r.allowed.join(", ")));
+        let msg = format!(
+            "import of '{handed}' is not allowed in this sandbox (allowed: {})",
+            allowed.unwrap_or_default()
+        );
+        return Err(import_error(vm, msg, handed));
     }
-    let allowed = REQUEST.with(|r| r.borrow().as_ref().map(|r| r.allowed.join(", ")));
-    let msg = format!(
-        "import of '{name}' is not allowed in this sandbox (allowed: {})",
-        allowed.unwrap_or_default()
-    );
-    Err(vm.new_import_error(msg, vm.ctx.new_str(name.as_ref())))
-}
-
-/// An import is the standard library's own when `globals` is the namespace of a loaded module
-/// other than `__main__`. Anything else (user code, `exec` with a made-up dict, a direct
-/// `__import__('os')` call) is policed.
-fn is_user_code(globals: Option<&PyObjectRef>, vm: &VirtualMachine) -> bool {
-    let Some(globals) = globals else { return true };
-    let owner = (|| -> PyResult<bool> {
-        let name = globals.get_item("__name__", vm)?;
-        let Some(name) = name.downcast_ref::<PyStr>() else { return Ok(false) };
-        if name.to_str() == Some("__main__") {
-            return Ok(false);
-        }
-        let module = vm.sys_module.get_attr("modules", vm)?.get_item(name, vm)?;
-        Ok(module.get_attr("__dict__", vm)?.is(globals))
-    })();
-    !matches!(owner, Ok(true))
+    let none = || vm.ctx.none();
+    Ok(FuncArgs::from(vec![
+        vm.ctx.new_str(name).into(),
+        arg(args, 1, "globals").cloned().unwrap_or_else(none),
+        arg(args, 2, "locals").cloned().unwrap_or_else(none),
+        vm.ctx.new_tuple(fromlist).into(),
+        vm.ctx.new_int(0).into(),
+    ]))
 }
 
 fn host_allows(name: &str) -> bool {
@@ -166,10 +582,8 @@ fn host_allows(name: &str) -> bool {
     unsafe { import_allowed(name.as_ptr(), name.len() as i32) == 1 }
 }
 
-thread_local! {
-    /// The request being run, for wording refusals.
-    static REQUEST: std::cell::RefCell<Option<Request>> = const { std::cell::RefCell::new(None) };
-}
+// ---------------------------------------------------------------------------------------------
+// One run
 
 fn read_request() -> Result<Request, String> {
     // SAFETY: plain host calls; the host writes exactly `len` bytes into the buffer we own.
@@ -195,40 +609,466 @@ pub extern "C" fn sandbox_run() {
         Ok(r) => r,
         Err(e) => panic!("{e}"),
     };
-    let (code, filename, max_chars) =
-        (request.code.clone(), request.filename.clone(), request.max_result_chars);
+    let bound = request.max_field_bytes.min(protocol::MAX_FIELD_BYTES) as usize;
+    let (code, filename) = (request.code.clone(), request.filename.clone());
     REQUEST.with(|r| *r.borrow_mut() = Some(request));
     let report = GUEST.with(|cell| {
         let guest = cell.get().expect("initialised above");
-        guest.interpreter.enter(|vm| {
-            let out = guest
-                .run
-                .call((vm.ctx.new_str(code), max_chars, vm.ctx.new_str(filename)), vm);
-            match out.and_then(|o| to_report(o, vm)) {
-                Ok(report) => report,
-                Err(exc) => {
-                    // The driver itself failed (e.g. MemoryError while describing an error).
-                    let kind = exc.class().name().to_string();
-                    let message = exc.as_object().str(vm).map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-                    Report {
-                        result: None,
-                        error: Some(PythonError { traceback: format!("{kind}: {message}\n"), kind, message }),
-                    }
-                }
-            }
-        })
+        guest
+            .interpreter
+            .enter(|vm| guest.driver.run(&code, &filename, bound, vm))
     });
     send_report(&report);
 }
 
-fn to_report(out: PyObjectRef, vm: &VirtualMachine) -> PyResult<Report> {
-    let tuple = PyTupleRef::try_from_object(vm, out)?;
-    let field = |i: usize| -> PyResult<Option<String>> {
-        Option::<String>::try_from_object(vm, tuple.as_slice()[i].clone())
-    };
-    let error = match (field(1)?, field(2)?, field(3)?) {
-        (Some(kind), Some(message), Some(traceback)) => Some(PythonError { kind, message, traceback }),
-        _ => None,
-    };
-    Ok(Report { result: field(0)?, error })
+impl Driver {
+    fn run(&self, source: &str, filename: &str, bound: usize, vm: &VirtualMachine) -> Report {
+        let outcome = self.main(vm).and_then(|globals| {
+            self.remember_source(source, filename, vm)?;
+            let value = self.execute(source, filename, &globals, vm)?;
+            Ok(match value {
+                Some(v) if !vm.is_none(&v) => Some(v.repr(vm)?.to_string_lossy().into_owned()),
+                _ => None,
+            })
+        });
+        flush(vm);
+        match outcome {
+            Ok(result) => Report {
+                result: result.map(|r| clip(&r, bound)),
+                error: None,
+            },
+            Err(exc) => Report {
+                result: None,
+                error: Some(self.describe(&exc, bound, vm)),
+            },
+        }
+    }
+
+    /// This instance's `__main__` namespace; the first run makes it and reseeds `random`.
+    fn main(&self, vm: &VirtualMachine) -> PyResult<PyRef<PyDict>> {
+        let existing = self.main.borrow().clone();
+        let modules = vm.sys_module.get_attr("modules", vm)?;
+        let (module, globals) = match existing {
+            Some(main) => main,
+            None => {
+                self.reseed(vm)?;
+                let scope = vm.new_scope_with_main()?;
+                let module = modules.get_item("__main__", vm)?;
+                let main = (module, scope.globals);
+                *self.main.borrow_mut() = Some(main.clone());
+                main
+            }
+        };
+        // User code may have replaced or removed it in an earlier run of the session.
+        modules.set_item("__main__", module, vm)?;
+        Ok(globals)
+    }
+
+    /// `random.seed(None)` and `random.Random()` draw from the interpreter's thread RNG, whose
+    /// state the snapshot froze: reseed it from WASI's `random_get` (the host's entropy), then the
+    /// module's shared instance from it.
+    fn reseed(&self, vm: &VirtualMachine) -> PyResult<()> {
+        rand::rng()
+            .reseed()
+            .map_err(|e| vm.new_os_error(format!("cannot reseed the random generator: {e}")))?;
+        self.seed.call((self.random_inst.clone(),), vm)?;
+        Ok(())
+    }
+
+    /// Lets tracebacks show the code's lines.
+    fn remember_source(&self, source: &str, filename: &str, vm: &VirtualMachine) -> PyResult<()> {
+        let lines: Vec<PyObjectRef> = source
+            .split_inclusive('\n')
+            .map(|l| vm.ctx.new_str(l).into())
+            .collect();
+        let entry = vm.ctx.new_tuple(vec![
+            vm.ctx.new_int(source.len()).into(),
+            vm.ctx.none(),
+            vm.ctx.new_list(lines).into(),
+            vm.ctx.new_str(filename).into(),
+        ]);
+        self.linecache.set_item(filename, entry.into(), vm)
+    }
+
+    /// Runs `source` in `globals`; returns the value of its last statement (an expression, or
+    /// what a final assignment stored).
+    fn execute(
+        &self,
+        source: &str,
+        filename: &str,
+        globals: &PyRef<PyDict>,
+        vm: &VirtualMachine,
+    ) -> PyResult<Option<PyObjectRef>> {
+        const ONLY_AST: i32 = 0x400;
+        let tree = self.compile.call(
+            (source.to_owned(), filename.to_owned(), "exec", ONLY_AST),
+            vm,
+        )?;
+        let body = tree.get_attr("body", vm)?;
+        let mut stmts: Vec<PyObjectRef> = body.try_to_value(vm)?;
+        let reading = match stmts.pop() {
+            Some(last) => {
+                let (replacement, reading) = self.rewrite_last(&last, vm)?;
+                stmts.extend(replacement);
+                reading
+            }
+            None => Reading::Nothing,
+        };
+        let fields: KwArgs = [
+            ("body", vm.ctx.new_list(stmts).into()),
+            ("type_ignores", vm.ctx.new_list(vec![]).into()),
+        ]
+        .into_iter()
+        .collect::<KwArgs>();
+        let module = self
+            .ast
+            .module
+            .call(FuncArgs::new(Vec::<PyObjectRef>::new(), fields), vm)?;
+        let code = self
+            .compile
+            .call((module, filename.to_owned(), "exec"), vm)?;
+        let code = code
+            .downcast::<PyCode>()
+            .map_err(|_| vm.new_type_error("compile() did not return code"))?;
+        let scope = Scope::with_builtins(None, globals.clone(), vm);
+        let ran = vm.run_code_obj(code, scope);
+        let value = reading.read(globals, vm);
+        for hidden in [RESULT, BASE, INDEX] {
+            let _ = globals.del_item(hidden, vm);
+        }
+        ran?;
+        Ok(value)
+    }
+
+    /// The statements that replace the last one, and how to read its value afterwards. Each
+    /// sub-expression of the original statement is still evaluated once, in CPython's order.
+    fn rewrite_last(
+        &self,
+        last: &PyObjectRef,
+        vm: &VirtualMachine,
+    ) -> PyResult<(Vec<PyObjectRef>, Reading)> {
+        let a = &self.ast;
+        let kind = last.class().name().to_string();
+        let field = |name: &'static str| last.get_attr(name, vm);
+        let keep = |reading| Ok((vec![last.clone()], reading));
+        match kind.as_str() {
+            "Expr" => {
+                let stmt = self.assign(RESULT, field("value")?, last, vm)?;
+                Ok((vec![stmt], Reading::Hidden))
+            }
+            "Assign" => {
+                let targets: Vec<PyObjectRef> = field("targets")?.try_to_value(vm)?;
+                let Some(first) = targets.first() else {
+                    return keep(Reading::Nothing);
+                };
+                if let Some(reading) = Reading::of_names(first, vm)? {
+                    return keep(reading);
+                }
+                // `a.x = v` / `a[i] = v`: evaluate `v` into a hidden name, then assign that.
+                let value = self.assign(RESULT, field("value")?, last, vm)?;
+                let stmt = self.located(
+                    &a.assign,
+                    vec![
+                        ("targets", vm.ctx.new_list(targets).into()),
+                        ("value", self.load(RESULT, last, vm)?),
+                    ],
+                    last,
+                    vm,
+                )?;
+                Ok((vec![value, stmt], Reading::Hidden))
+            }
+            "AnnAssign" => {
+                let value = field("value")?;
+                if vm.is_none(&value) {
+                    return keep(Reading::Nothing);
+                }
+                let target = field("target")?;
+                if let Some(reading) = Reading::of_names(&target, vm)? {
+                    return keep(reading);
+                }
+                let first = self.assign(RESULT, value, last, vm)?;
+                let stmt = self.located(
+                    &a.ann_assign,
+                    vec![
+                        ("target", target),
+                        ("annotation", field("annotation")?),
+                        ("value", self.load(RESULT, last, vm)?),
+                        ("simple", field("simple")?),
+                    ],
+                    last,
+                    vm,
+                )?;
+                Ok((vec![first, stmt], Reading::Hidden))
+            }
+            "AugAssign" => {
+                let target = field("target")?;
+                if let Some(reading) = Reading::of_names(&target, vm)? {
+                    return keep(reading);
+                }
+                self.rewrite_aug_assign(last, target, vm)
+            }
+            _ => keep(Reading::Nothing),
+        }
+    }
+
+    /// `base.attr op= v` becomes `<base> = base; <result> = <base>.attr; <result> op= v;
+    /// <base>.attr = <result>` (and likewise for `base[index]`): the same loads, calls and stores
+    /// as the original, in the same order, with the stored value left in `<result>`.
+    fn rewrite_aug_assign(
+        &self,
+        last: &PyObjectRef,
+        target: PyObjectRef,
+        vm: &VirtualMachine,
+    ) -> PyResult<(Vec<PyObjectRef>, Reading)> {
+        let a = &self.ast;
+        let kind = target.class().name().to_string();
+        let base = target.get_attr("value", vm)?;
+        let mut stmts = vec![self.assign(BASE, base, last, vm)?];
+        let (load, store) = match kind.as_str() {
+            "Attribute" => {
+                let attr = target.get_attr("attr", vm)?;
+                let node = |ctx: &PyObjectRef| -> PyResult {
+                    self.located(
+                        &a.attribute,
+                        vec![
+                            ("value", self.load(BASE, last, vm)?),
+                            ("attr", attr.clone()),
+                            ("ctx", ctx.clone()),
+                        ],
+                        last,
+                        vm,
+                    )
+                };
+                (node(&a.load)?, node(&a.store)?)
+            }
+            "Subscript" => {
+                let index = target.get_attr("slice", vm)?;
+                if index.class().name().to_string() == "Slice" {
+                    // A slice is not an expression that can be stored: leave it alone.
+                    return Ok((vec![last.clone()], Reading::Nothing));
+                }
+                stmts.push(self.assign(INDEX, index, last, vm)?);
+                let node = |ctx: &PyObjectRef| -> PyResult {
+                    self.located(
+                        &a.subscript,
+                        vec![
+                            ("value", self.load(BASE, last, vm)?),
+                            ("slice", self.load(INDEX, last, vm)?),
+                            ("ctx", ctx.clone()),
+                        ],
+                        last,
+                        vm,
+                    )
+                };
+                (node(&a.load)?, node(&a.store)?)
+            }
+            _ => return Ok((vec![last.clone()], Reading::Nothing)),
+        };
+        stmts.push(self.assign(RESULT, load, last, vm)?);
+        stmts.push(self.located(
+            &a.aug_assign,
+            vec![
+                ("target", self.name(RESULT, &a.store, last, vm)?),
+                ("op", last.get_attr("op", vm)?),
+                ("value", last.get_attr("value", vm)?),
+            ],
+            last,
+            vm,
+        )?);
+        stmts.push(self.located(
+            &a.assign,
+            vec![
+                ("targets", vm.ctx.new_list(vec![store]).into()),
+                ("value", self.load(RESULT, last, vm)?),
+            ],
+            last,
+            vm,
+        )?);
+        Ok((stmts, Reading::Hidden))
+    }
+
+    /// A node of class `class` with `fields`, placed where `at` is in the source.
+    fn located(
+        &self,
+        class: &PyObjectRef,
+        fields: Vec<(&str, PyObjectRef)>,
+        at: &PyObjectRef,
+        vm: &VirtualMachine,
+    ) -> PyResult {
+        // Every field is given to the constructor: a node made without its required fields is
+        // deprecated (a warning on the user's stderr).
+        let mut kwargs: Vec<(String, PyObjectRef)> =
+            fields.into_iter().map(|(n, v)| (n.to_owned(), v)).collect();
+        for name in ["lineno", "col_offset", "end_lineno", "end_col_offset"] {
+            kwargs.push((name.to_owned(), at.get_attr(name, vm)?));
+        }
+        class.call(
+            FuncArgs::new(
+                Vec::<PyObjectRef>::new(),
+                kwargs.into_iter().collect::<KwArgs>(),
+            ),
+            vm,
+        )
+    }
+
+    fn name(&self, id: &str, ctx: &PyObjectRef, at: &PyObjectRef, vm: &VirtualMachine) -> PyResult {
+        self.located(
+            &self.ast.name,
+            vec![("id", vm.ctx.new_str(id).into()), ("ctx", ctx.clone())],
+            at,
+            vm,
+        )
+    }
+
+    fn load(&self, id: &str, at: &PyObjectRef, vm: &VirtualMachine) -> PyResult {
+        self.name(id, &self.ast.load, at, vm)
+    }
+
+    /// `id = value`, placed at `at`.
+    fn assign(
+        &self,
+        id: &str,
+        value: PyObjectRef,
+        at: &PyObjectRef,
+        vm: &VirtualMachine,
+    ) -> PyResult {
+        let target = self.name(id, &self.ast.store, at, vm)?;
+        self.located(
+            &self.ast.assign,
+            vec![
+                ("targets", vm.ctx.new_list(vec![target]).into()),
+                ("value", value),
+            ],
+            at,
+            vm,
+        )
+    }
+
+    /// The uncaught exception as the report describes it, each field cut to `bound`.
+    fn describe(&self, exc: &PyBaseExceptionRef, bound: usize, vm: &VirtualMachine) -> PythonError {
+        let kind = exc.class().name().to_string();
+        let message = match exc.as_object().str(vm) {
+            Ok(s) => s.to_string_lossy().into_owned(),
+            Err(_) => "<exception str() failed>".to_owned(),
+        };
+        let traceback = self
+            .format(exc, bound, vm)
+            .unwrap_or_else(|_| format!("{kind}: {}\n", clip(&message, bound)));
+        PythonError {
+            kind: clip(&kind, bound.min(1024)),
+            message: clip(&message, bound),
+            traceback: clip(&traceback, bound),
+        }
+    }
+
+    /// `traceback.format_exception`, joined without growing much past `bound`.
+    fn format(
+        &self,
+        exc: &PyBaseExceptionRef,
+        bound: usize,
+        vm: &VirtualMachine,
+    ) -> PyResult<String> {
+        let tb = exc.as_object().get_attr("__traceback__", vm)?;
+        let lines = self
+            .format_exception
+            .call((exc.class().to_owned(), exc.clone(), tb), vm)?;
+        let lines = lines
+            .downcast::<PyList>()
+            .map_err(|_| vm.new_type_error("format_exception"))?;
+        let mut out = String::new();
+        for line in lines.borrow_vec().iter() {
+            if out.len() > bound {
+                break;
+            }
+            if let Some(s) = line.downcast_ref::<PyStr>() {
+                out.push_str(&s.to_string_lossy());
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// How the value of the last statement is read once the code has run.
+enum Reading {
+    Nothing,
+    /// The rewrite left it in the hidden name [`RESULT`].
+    Hidden,
+    /// `x = ...`: the global `x`.
+    Name(String),
+    /// `a, b = ...`: the globals `a` and `b`, as a tuple.
+    Names(Vec<String>),
+}
+
+impl Reading {
+    /// A read for a target made of plain names, `None` for any other target.
+    fn of_names(target: &PyObjectRef, vm: &VirtualMachine) -> PyResult<Option<Reading>> {
+        let id = |node: &PyObjectRef| -> PyResult<Option<String>> {
+            if node.class().name().to_string() != "Name" {
+                return Ok(None);
+            }
+            Ok(Some(
+                node.get_attr("id", vm)?
+                    .str(vm)?
+                    .to_string_lossy()
+                    .into_owned(),
+            ))
+        };
+        if let Some(name) = id(target)? {
+            return Ok(Some(Reading::Name(name)));
+        }
+        let kind = target.class().name().to_string();
+        if kind == "Tuple" || kind == "List" {
+            let elts: Vec<PyObjectRef> = target.get_attr("elts", vm)?.try_to_value(vm)?;
+            let names: Vec<Option<String>> = elts.iter().map(id).collect::<PyResult<_>>()?;
+            if let Some(names) = names.into_iter().collect::<Option<Vec<_>>>() {
+                return Ok(Some(Reading::Names(names)));
+            }
+        }
+        Ok(None)
+    }
+
+    fn read(&self, globals: &PyRef<PyDict>, vm: &VirtualMachine) -> Option<PyObjectRef> {
+        let get = |name: &str| globals.get_item_opt(name, vm).ok().flatten();
+        match self {
+            Reading::Nothing => None,
+            Reading::Hidden => get(RESULT),
+            Reading::Name(name) => get(name),
+            Reading::Names(names) => Some(
+                vm.ctx
+                    .new_tuple(
+                        names
+                            .iter()
+                            .map(|n| get(n).unwrap_or_else(|| vm.ctx.none()))
+                            .collect(),
+                    )
+                    .into(),
+            ),
+        }
+    }
+}
+
+fn flush(vm: &VirtualMachine) {
+    for stream in ["stdout", "stderr"] {
+        if let Ok(s) = vm.sys_module.get_attr(stream, vm) {
+            let _ = vm.call_method(&s, "flush", ());
+        }
+    }
+}
+
+/// `s` cut so that its JSON-escaped form takes at most `bound` bytes, plus a notice of the cut.
+fn clip(s: &str, bound: usize) -> String {
+    let mut used = 0;
+    for (i, c) in s.char_indices() {
+        let width = match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        };
+        if used + width > bound {
+            let rest = s[i..].chars().count();
+            return format!("{}... [{rest} more characters cut]", &s[..i]);
+        }
+        used += width;
+    }
+    s.to_owned()
 }

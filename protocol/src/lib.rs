@@ -16,10 +16,16 @@
 //! 4. While the code runs, its `sys.stdout` and `sys.stderr` write *unbuffered* to WASI file
 //!    descriptors 1 and 2, so the host sees output as it is produced.
 //! 5. For every import made by user code the guest calls [`imports::IMPORT_ALLOWED`]
-//!    `(name_ptr: i32, name_len: i32) -> i32` with the full dotted module name in UTF-8; `1` allows
-//!    it, anything else refuses it (the guest then raises `ImportError`).
+//!    `(name_ptr: i32, name_len: i32) -> i32` with the module name, in UTF-8, of what the import
+//!    hands to user code: `import a.b` binds `a`, so the guest asks about `a`; `from a.b import x`
+//!    returns `a.b`, so it asks about `a.b`. `1` allows it, anything else refuses it (the guest then
+//!    raises `ImportError`). The guest refuses names that fail [`is_module_name`] itself, without
+//!    asking; the host answers "refused" for any name it cannot read.
 //! 6. At the end the guest calls [`imports::REPORT`] `(ptr: i32, len: i32) -> ()` once with a
-//!    JSON-encoded [`Report`], then returns from [`exports::RUN`].
+//!    JSON-encoded [`Report`], then returns from [`exports::RUN`]. Each text field of the report
+//!    is at most [`Request::max_field_bytes`] bytes once JSON-escaped (the guest cuts it, with a
+//!    notice), so the host accepts at most [`report_limit`] bytes; a larger report ends the run as
+//!    "output limit reached".
 //!
 //! A run that traps (a limit, an abort) never reports: the host classifies the trap itself.
 //!
@@ -42,10 +48,10 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of this ABI. Bump it, and [`IMPORT_MODULE`] with it, on any incompatible change.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// The wasm import module that holds the host functions of this protocol version.
-pub const IMPORT_MODULE: &str = "safe_python_v2";
+pub const IMPORT_MODULE: &str = "safe_python_v3";
 
 /// Names of the functions the host provides in [`IMPORT_MODULE`].
 pub mod imports {
@@ -63,11 +69,42 @@ pub mod exports {
     pub const RUN: &str = "sandbox_run";
 }
 
-/// Largest report the host accepts: a guest asking the host to copy more is faulty or hostile.
-pub const MAX_REPORT_BYTES: u32 = 64 << 20;
+/// Ceiling on [`Request::max_field_bytes`]: however large the output cap, no report field is
+/// longer than this once JSON-escaped.
+pub const MAX_FIELD_BYTES: u32 = 4 << 20;
+
+/// Room in a report for its JSON structure and the guest's cut notices.
+pub const REPORT_OVERHEAD_BYTES: u32 = 64 << 10;
+
+/// Largest report the host ever accepts: four fields (result, exception type, message,
+/// traceback) at [`MAX_FIELD_BYTES`] each, plus overhead. A guest asking for more is faulty or
+/// hostile.
+pub const MAX_REPORT_BYTES: u32 = 4 * MAX_FIELD_BYTES + REPORT_OVERHEAD_BYTES;
+
+/// The largest report the host accepts for a request whose fields are cut at `max_field_bytes`.
+pub const fn report_limit(max_field_bytes: u32) -> u32 {
+    let field = if max_field_bytes < MAX_FIELD_BYTES {
+        max_field_bytes
+    } else {
+        MAX_FIELD_BYTES
+    };
+    4 * field + REPORT_OVERHEAD_BYTES
+}
 
 /// Longest module name the host reads for an import check.
 pub const MAX_MODULE_NAME_BYTES: u32 = 4096;
+
+/// A dotted name of Python identifiers, at most [`MAX_MODULE_NAME_BYTES`] long: the only module
+/// names either side ever asks or answers about.
+pub fn is_module_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_MODULE_NAME_BYTES as usize
+        && name.split('.').all(|part| {
+            let mut chars = part.chars();
+            matches!(chars.next(), Some(c) if c == '_' || c.is_alphabetic())
+                && chars.all(|c| c == '_' || c.is_alphanumeric())
+        })
+}
 
 /// What the host asks the guest to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,8 +117,9 @@ pub struct Request {
     /// The allowed top-level modules, only to word the `ImportError` message: the host, asked
     /// through [`imports::IMPORT_ALLOWED`], remains the one that decides.
     pub allowed: Vec<String>,
-    /// The guest cuts the result's `repr` to this many characters.
-    pub max_result_chars: u32,
+    /// The guest cuts each text field of its [`Report`] (result, exception type, message,
+    /// traceback) to this many bytes, counted JSON-escaped, at most [`MAX_FIELD_BYTES`].
+    pub max_field_bytes: u32,
 }
 
 /// What the guest reports at the end of a run that did not trap.

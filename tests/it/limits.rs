@@ -77,9 +77,13 @@ fn sleeping_is_stopped_by_the_timeout() {
 
 #[test]
 fn a_huge_allocation_hits_the_memory_limit() {
-    let r = assert_limit("[0] * 10**9", tight(), Limit::Memory);
+    let r = assert_limit("'a' * (5 * 10**8)", tight(), Limit::Memory);
     assert_eq!(r.error().map(|e| e.kind.as_str()), Some("MemoryError"));
-    assert_limit("'a' * (5 * 10**8)", tight(), Limit::Memory);
+    // A size no 32-bit address space holds is refused by Python before any memory is asked
+    // for: the code's own MemoryError, since the limiter refused nothing.
+    let r = run_limited("[0] * 10**9", tight());
+    assert_eq!(r.limit(), None, "{r:?}");
+    assert_eq!(r.error().map(|e| e.kind.as_str()), Some("MemoryError"));
 }
 
 #[test]
@@ -171,4 +175,76 @@ fn limits_are_per_run() {
             result: Some("4999950000".into())
         }
     );
+}
+
+/// A guest that reports `len` bytes: more than any honest guest sends, since the real one cuts
+/// each field to the request's bound.
+fn guest_reporting(len: u32) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module
+             (import "{module}" "report" (func $report (param i32 i32)))
+             (memory (export "memory") 1)
+             (func (export "{run}") (call $report (i32.const 0) (i32.const {len}))))"#,
+        module = safe_python_protocol::IMPORT_MODULE,
+        run = safe_python_protocol::exports::RUN,
+    ))
+    .expect("the hand-written guest parses")
+}
+
+#[test]
+fn a_report_over_what_the_call_accepts_is_the_output_limit_not_a_trap() {
+    let limits = Limits {
+        max_output_bytes: 1000,
+        ..Limits::default()
+    };
+    let accepted = safe_python_protocol::report_limit(1000);
+    for len in [accepted + 1, 5 << 20, i32::MAX as u32] {
+        let sandbox = safe_python_executor::Sandbox::with_guest(&guest_reporting(len)).unwrap();
+        let r = common::runtime()
+            .block_on(sandbox.run(
+                "",
+                &RunOptions {
+                    limits: limits.clone(),
+                    ..RunOptions::default()
+                },
+            ))
+            .unwrap();
+        assert_eq!(r.limit(), Some(Limit::Output), "{len}: {r:?}");
+        let e = r.error().unwrap();
+        assert_eq!(e.kind, "ReportTooLarge");
+        assert!(
+            e.message.contains(&format!("({len} bytes)"))
+                && e.message.contains(&format!("{accepted} bytes")),
+            "{}",
+            e.message
+        );
+    }
+}
+
+#[test]
+fn every_report_field_is_cut_to_the_calls_bound() {
+    let limits = Limits {
+        max_output_bytes: 1000,
+        ..tight()
+    };
+    let r = run_limited(
+        "raise type('E' * 5000, (Exception,), {})('\\x01' * 10**6)",
+        limits.clone(),
+    );
+    let e = r.error().unwrap_or_else(|| panic!("{r:?}"));
+    for field in [&e.kind, &e.message, &e.traceback] {
+        let escaped = serde_json::to_string(field).unwrap().len();
+        assert!(escaped < 1000 + 100, "{escaped} bytes: {field:.200}");
+        assert!(field.contains("more characters cut]"), "{field:.200}");
+    }
+    let r = run_limited("'\\x00' * 10**6", limits);
+    let result = r.result().unwrap_or_else(|| panic!("{r:?}"));
+    assert!(serde_json::to_string(result).unwrap().len() < 1100);
+}
+
+#[test]
+fn a_memory_error_without_a_refused_growth_is_not_the_memory_limit() {
+    let r = run_limited("raise MemoryError('by hand')", tight());
+    assert_eq!(r.limit(), None, "{r:?}");
+    assert_eq!(r.error().map(|e| e.kind.as_str()), Some("MemoryError"));
 }

@@ -3,7 +3,17 @@
 use crate::common;
 
 use common::{run, run_allowing, value};
-use safe_python_executor::Outcome;
+use safe_python_executor::{Outcome, RunOptions, Session};
+
+/// The result of code that must complete, run in `session`.
+#[track_caller]
+fn in_session(session: &mut Session, code: &str) -> Option<String> {
+    let run = common::runtime()
+        .block_on(session.run(code, &RunOptions::default()))
+        .expect("no host fault");
+    assert!(!run.result.is_failure(), "{code:?}: {run:#?}");
+    run.result.result().map(str::to_owned)
+}
 
 #[test]
 fn the_last_expression_is_the_result() {
@@ -32,8 +42,91 @@ fn statements_and_none_give_no_result() {
     assert_eq!(value("def f():\n    return 1"), None);
     assert_eq!(value(""), None);
     assert_eq!(value("for i in range(3):\n    pass"), None);
-    // An attribute target is not evaluated again: that could run user code twice.
-    assert_eq!(value("class C: pass\nc = C()\nc.x = 5"), None);
+    // A slice cannot be held in a hidden temporary, so its assignment gives nothing.
+    assert_eq!(value("a = [1, 2, 3]\na[1:] += [4]"), None);
+}
+
+#[test]
+fn a_final_assignment_to_an_attribute_or_subscript_gives_the_stored_value() {
+    let counter = "class A:\n    count = 0\na = A()\n";
+    for (code, expected) in [
+        ("a.count += 1", "1"),
+        ("a.count = 5", "5"),
+        ("a.count: int = 7", "7"),
+        ("a.count -= 3", "-3"),
+        ("a.x = a.y = 4", "4"),
+    ] {
+        assert_eq!(
+            value(&format!("{counter}{code}")).as_deref(),
+            Some(expected),
+            "{code}"
+        );
+    }
+    assert_eq!(value("d = {}\nd['k'] = 5").as_deref(), Some("5"));
+    assert_eq!(value("d = {'k': 1}\nd['k'] += 2").as_deref(), Some("3"));
+    assert_eq!(value("d = {}\nd['k']: int = 9").as_deref(), Some("9"));
+    assert_eq!(value("m = [[0, 0]]\nm[0][1] += 6").as_deref(), Some("6"));
+    assert_eq!(value("d = {}\nd[1, 2] = 'pair'").as_deref(), Some("'pair'"));
+    // In-place operators act on the stored object, as in CPython.
+    assert_eq!(
+        value("d = {'l': [1]}\nd['l'] += [2]").as_deref(),
+        Some("[1, 2]")
+    );
+    // The hidden temporaries are gone afterwards.
+    assert_eq!(
+        value("d = {}\nd['k'] = 1\n[k for k in globals() if k.startswith('<')]").as_deref(),
+        Some("[]")
+    );
+}
+
+#[test]
+fn a_final_augmented_assignment_evaluates_each_part_once_in_order() {
+    let code = "log = []\n\
+        class C:\n    \
+            def __getitem__(self, k):\n        log.append(('get', k))\n        return 10\n    \
+            def __setitem__(self, k, v):\n        log.append(('set', k, v))\n\
+        def base():\n    log.append('base')\n    return c\n\
+        def idx():\n    log.append('idx')\n    return 'k'\n\
+        def val():\n    log.append('val')\n    return 5\n\
+        c = C()\n\
+        base()[idx()] += val()";
+    let mut session = common::runtime()
+        .block_on(Session::new(common::sandbox()))
+        .expect("a session");
+    assert_eq!(in_session(&mut session, code).as_deref(), Some("15"));
+    assert_eq!(
+        in_session(&mut session, "log").as_deref(),
+        Some("['base', 'idx', ('get', 'k'), 'val', ('set', 'k', 15)]")
+    );
+    let code = "log = []\n\
+        class P:\n    \
+            def __getattr__(self, name):\n        log.append(('get', name))\n        return 1\n    \
+            def __setattr__(self, name, v):\n        log.append(('set', name, v))\n\
+        def target():\n    log.append('target')\n    return p\n\
+        def val():\n    log.append('val')\n    return 2\n\
+        p = P()\n\
+        target().n += val()";
+    assert_eq!(in_session(&mut session, code).as_deref(), Some("3"));
+    assert_eq!(
+        in_session(&mut session, "log").as_deref(),
+        Some("['target', ('get', 'n'), 'val', ('set', 'n', 3)]")
+    );
+    let code = "log = []\nclass Q:\n    def __setattr__(self, name, v):\n        log.append(name)\n\
+        def val():\n    log.append('val')\n    return 8\nq = Q()\nq.z = val()";
+    assert_eq!(in_session(&mut session, code).as_deref(), Some("8"));
+    assert_eq!(
+        in_session(&mut session, "log").as_deref(),
+        Some("['val', 'z']")
+    );
+}
+
+#[test]
+fn an_error_in_a_final_assignment_points_at_its_line() {
+    let r = run("x = 1\nd = {}\nd['k'] += 1");
+    let e = r.error().unwrap_or_else(|| panic!("{r:?}"));
+    assert_eq!(e.kind, "KeyError");
+    assert!(e.traceback.contains("line 3"), "{}", e.traceback);
+    assert!(e.traceback.contains("d['k'] += 1"), "{}", e.traceback);
 }
 
 #[test]
@@ -219,6 +312,147 @@ fn refused_imports_name_the_module_and_the_allowlist() {
             .next(),
         Some("import of 'os'")
     );
+}
+
+#[test]
+fn a_dotted_allow_allows_what_the_import_hands_over() {
+    let allowing = |code: &str| run_allowing(code, &["os.path"]);
+    for code in [
+        "from os.path import join\njoin('a', 'b')",
+        "__import__('os.path', fromlist=['join']).join('a', 'b')",
+        "import collections.abc\n1",
+    ] {
+        let r = allowing(code);
+        assert!(!r.is_failure(), "{code}: {r:?}");
+    }
+    for code in [
+        "import os.path",
+        "__import__('os.path')",
+        "from os import path",
+        "import os",
+        "__import__('os.path', fromlist=[])",
+    ] {
+        let r = allowing(code);
+        assert_eq!(
+            r.error().map(|e| e.kind.as_str()),
+            Some("ImportError"),
+            "{code}: {r:?}"
+        );
+        assert!(
+            r.error().unwrap().message.contains("import of 'os'"),
+            "{code}: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn allowed_modules_import_what_they_need() {
+    for (module, code, expected) in [
+        (
+            "json",
+            "import json\njson.loads('[1, {\"a\": 2}]')",
+            "[1, {'a': 2}]",
+        ),
+        (
+            "csv",
+            "import csv\nlist(csv.reader(['a,b', '1,2']))",
+            "[['a', 'b'], ['1', '2']]",
+        ),
+        (
+            "heapq",
+            "import heapq\nheapq.nsmallest(2, [5, 1, 4])",
+            "[1, 4]",
+        ),
+        (
+            "decimal",
+            "import decimal\ndecimal.Decimal('1.1') + decimal.Decimal('2.2')",
+            "Decimal('3.3')",
+        ),
+        (
+            "textwrap",
+            "import textwrap\ntextwrap.shorten('hello there world', 12)",
+            "'hello [...]'",
+        ),
+        (
+            "fractions",
+            "import fractions\nfractions.Fraction(3, 6)",
+            "Fraction(1, 2)",
+        ),
+        (
+            "dataclasses",
+            "import dataclasses\n@dataclasses.dataclass\nclass P:\n    x: int\nP(1)",
+            "P(x=1)",
+        ),
+        (
+            "pprint",
+            "import pprint\npprint.pformat({'a': [1] * 3})",
+            "\"{'a': [1, 1, 1]}\"",
+        ),
+    ] {
+        let r = run_allowing(code, &[module]);
+        assert_eq!(r.result(), Some(expected), "{module}: {r:?}");
+    }
+    // A native function called by the standard library fetching a module loaded already.
+    assert_eq!(
+        run_allowing("import json\njson.dumps([1, 'a'])", &["json"]).result(),
+        Some("'[1, \"a\"]'")
+    );
+    // An import inside a stdlib function, made when it is called (singledispatch imports weakref).
+    let r = run_allowing(
+        "import functools\n@functools.singledispatch\ndef f(x):\n    return 'any'\nf(3)",
+        &["functools"],
+    );
+    assert_eq!(r.result(), Some("'any'"), "{r:?}");
+}
+
+#[test]
+fn no_driver_frame_lies_beneath_user_code() {
+    let r = run_allowing(
+        "import sys\ntry:\n    1/0\nexcept ZeroDivisionError as e:\n    f = e.__traceback__.tb_frame\n\
+         (f.f_back, sys._getframe(0).f_back, getattr(open, '__globals__', None))",
+        &["sys"],
+    );
+    assert_eq!(r.result(), Some("(None, None, None)"), "{r:?}");
+}
+
+#[test]
+fn a_user_memory_error_is_an_exception_not_the_memory_limit() {
+    for code in [
+        "class MemoryError(Exception):\n    pass\nraise MemoryError('fake')",
+        "raise MemoryError('by hand')",
+    ] {
+        let r = run(code);
+        assert!(
+            matches!(&r.outcome, Outcome::Raised(e) if e.kind == "MemoryError"),
+            "{code}: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn os_urandom_past_the_wasi_cap_is_random_bytes() {
+    let r = run("import random\nb = random._os.urandom(10**7)\n(len(b), len(set(b[:4096])) > 200)");
+    assert_eq!(r.result(), Some("(10000000, True)"), "{r:?}");
+}
+
+#[test]
+fn odd_module_names_are_import_errors() {
+    for code in [
+        "__import__('a' * 5000)",
+        "__import__('a' * 10**5)",
+        "__import__('collections.' + 'a' * 5000)",
+        "__import__('math\\x00')",
+        "__import__('\\udcff')",
+        "__import__('')",
+        "__import__('collections..abc')",
+    ] {
+        let r = run(code);
+        assert_eq!(
+            r.error().map(|e| e.kind.as_str()),
+            Some("ImportError"),
+            "{code}: {r:?}"
+        );
+    }
 }
 
 #[test]
