@@ -235,7 +235,11 @@ fn every_report_field_is_cut_to_the_calls_bound() {
     for field in [&e.kind, &e.message, &e.traceback] {
         let escaped = serde_json::to_string(field).unwrap().len();
         assert!(escaped < 1000 + 100, "{escaped} bytes: {field:.200}");
-        assert!(field.contains("more characters cut]"), "{field:.200}");
+        // The guest's notice, or the host's where its own bound cut deeper.
+        assert!(
+            field.contains("more characters cut]") || field.contains("bytes) cut here"),
+            "{field:.200}"
+        );
     }
     let r = run_limited("'\\x00' * 10**6", limits);
     let result = r.result().unwrap_or_else(|| panic!("{r:?}"));
