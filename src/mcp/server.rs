@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Args;
 use super::progress::{Live, Progress};
-use super::tools::{self, MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs, SessionCall, parse_arguments};
+use super::tools::{self, MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments};
 use crate::sandbox::{RunOptions, Sandbox, SandboxOptions};
 use crate::sessions::{LeaseRun, SessionRequest, Sessions};
 
@@ -151,15 +151,7 @@ impl PythonServer {
             ),
             Some(lease) => match lease.run(&args.code, &options, ct.cancelled()).await {
                 Ok(None) => return Err(cancelled()),
-                Ok(Some(LeaseRun { id, started, run })) => (
-                    Ok(run.result),
-                    Some(SessionCall {
-                        id: id.to_string(),
-                        started,
-                        call: run.call,
-                        rolled_back: run.rolled_back,
-                    }),
-                ),
+                Ok(Some(LeaseRun { result, session })) => (Ok(result), Some(session)),
                 Err(e) => (Err(e), None),
             },
         };
