@@ -71,13 +71,13 @@ pub(super) fn run(flags: &SandboxFlags) -> anyhow::Result<u8> {
                     std::future::pending::<()>().await;
                 }
             };
-            let Some(ran) = lease.run(&code, &options, interrupted).await?.map(|r| r.run) else {
+            let Some(ran) = lease.run(&code, &options, interrupted).await? else {
                 // The next entry waits for the undoing to finish.
                 eprintln!("\nKeyboardInterrupt: the entry was stopped and undone");
                 continue;
             };
             print_plain(&ran.result);
-            if ran.rolled_back {
+            if ran.session.rolled_back {
                 eprintln!("sandbox-run: the entry was undone: the session is as it was before it");
             }
             if ran.result.error().is_some_and(|e| e.kind == "SystemExit") {

@@ -8,9 +8,6 @@
 //! streams at every write, cannot flood the client. Past the bounds the live output stops with a
 //! note saying so; the reply still carries the output.
 
-// MCP logging is deprecated by SEP-2577; see the note in `mcp.rs`.
-#![allow(deprecated)]
-
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::outcome::{Outcome, RunReport, RunResult};
 use crate::sandbox::RunOptions;
-use crate::sessions::{SessionLimits, Start, minutes};
+use crate::sessions::{SessionError, SessionLimits, SessionReport, Start, minutes};
 
 /// Runs code.
 pub const RUN_PYTHON: &str = "run_python";
@@ -97,29 +97,6 @@ pub struct CallReport {
     pub session: Option<SessionReport>,
 }
 
-/// What a call did to its session.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct SessionReport {
-    /// The session's handle: pass it as `session` to continue the session. Only this reply (and
-    /// later ones in the session) carry it.
-    pub id: String,
-    /// Which call of the session this was, counting from 1.
-    pub call: u64,
-    /// Set when this call found the session empty, and why: `new` (the call started it) or
-    /// `reset` (asked for).
-    pub started: Option<Start>,
-    /// The call hit a limit and was undone: the session is as it was before the call.
-    pub rolled_back: bool,
-}
-
-/// A session call as the reply describes it (see [`SessionReport`]).
-pub struct SessionCall {
-    pub id: String,
-    pub started: Option<Start>,
-    pub call: u64,
-    pub rolled_back: bool,
-}
-
 /// What a `run_python` reply may take, serialised, beyond the output limit (`--max-output`): the
 /// JSON keys and stats, the fixed sentences of the text (the limit, the session notes, with the
 /// session's id), and the notices of cut fields when the limit is too small to hold them. The text
@@ -131,7 +108,7 @@ pub const REPLY_OVERHEAD_BYTES: usize = 8 << 10;
 /// The reply to `run_python`: the output first, then the result or the traceback, then a sentence
 /// for a hit limit, then what happened to the session. `result` comes bounded from the sandbox, so
 /// the reply is within the output limit plus [`REPLY_OVERHEAD_BYTES`].
-pub fn run_reply(result: &RunResult, session: Option<SessionCall>) -> CallToolResult {
+pub fn run_reply(result: &RunResult, session: Option<SessionReport>) -> CallToolResult {
     let mut text = String::new();
     for (header, stream) in [("", &result.stdout), ("[stderr]\n", &result.stderr)] {
         if !stream.is_empty() {
@@ -171,12 +148,7 @@ pub fn run_reply(result: &RunResult, session: Option<SessionCall>) -> CallToolRe
     }
     let report = CallReport {
         run: result.report(),
-        session: session.map(|s| SessionReport {
-            id: s.id,
-            call: s.call,
-            started: s.started,
-            rolled_back: s.rolled_back,
-        }),
+        session,
     };
     let structured = serde_json::to_value(report).expect("a report always serialises");
     let mut reply = if result.is_failure() {
@@ -190,7 +162,7 @@ pub fn run_reply(result: &RunResult, session: Option<SessionCall>) -> CallToolRe
 
 /// What the call did to its session, in words: clients that show the model only the text still
 /// give it the handle of a session it started.
-fn session_note(s: &SessionCall) -> String {
+fn session_note(s: &SessionReport) -> String {
     let id = &s.id;
     let mut note = match s.started {
         Some(Start::New) => {
@@ -207,9 +179,8 @@ fn session_note(s: &SessionCall) -> String {
     note
 }
 
-/// A [`SessionError`](crate::sessions::SessionError) that is the caller's to fix, as a tool
-/// error: it says how to start a session.
-pub fn session_refused(e: &crate::sessions::SessionError) -> CallToolResult {
+/// A [`SessionError`] that is the caller's to fix, as a tool error: it says how to start a session.
+pub fn session_refused(e: &SessionError) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(format!("{e}\n"))])
 }
 
@@ -244,10 +215,10 @@ mod tests {
             },
         };
         result.bound(max_output);
-        let session = SessionCall {
-            id: format!("s_{}", "f".repeat(32)),
-            started: Some(Start::New),
+        let session = SessionReport {
+            id: format!("s_{}", "f".repeat(32)).parse().unwrap(),
             call: u64::MAX,
+            started: Some(Start::New),
             rolled_back: true,
         };
         run_reply(&result, Some(session))

@@ -334,9 +334,9 @@ async fn through(
         .expect("no host fault")
         .expect("not cancelled");
     (
-        ran.id,
-        ran.started,
-        ran.run.result.result().map(str::to_owned),
+        ran.session.id,
+        ran.session.started,
+        ran.result.result().map(str::to_owned),
     )
 }
 
@@ -399,7 +399,7 @@ fn a_held_session_is_never_evicted_and_a_full_registry_refuses() {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(ran.run.result.result(), Some("2"));
+        assert_eq!(ran.result.result(), Some("2"));
 
         // Idle once its call (and the snapshot after it) is done: a new session takes its place.
         let mut newer = None;

@@ -1,4 +1,4 @@
-//! The server's sessions: private to whoever started them, and within bounds.
+//! The session registry: sessions private to whoever started them, and within bounds.
 //!
 //! One server process serves every conversation of a client, so sessions are not a namespace that
 //! callers share. `"new"` starts a session, and the server names it with a handle drawn from the
@@ -18,143 +18,21 @@
 //! async workers. A handle whose session was dropped is remembered (a bounded number of them), so
 //! that its next call can say why it is gone rather than that it never existed.
 
-use std::collections::{HashMap, VecDeque};
-use std::fmt;
-use std::str::FromStr;
+mod request;
+
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use lru::LruCache;
 use schemars::JsonSchema;
 use serde::Serialize;
 use tokio::sync::OwnedMutexGuard;
 
+pub use self::request::{NEW, SESSION_PATTERN, SessionError, SessionId, SessionRequest, minutes};
+use crate::outcome::RunResult;
 use crate::sandbox::{RunOptions, Sandbox, SandboxError};
-use crate::session::{Session, SessionRun};
-
-/// The `session` value that starts a new session.
-pub const NEW: &str = "new";
-
-/// What a `session` value may be: [`NEW`], or a handle ([`SessionId`]'s form).
-pub const SESSION_PATTERN: &str = "^(new|s_[0-9a-f]{32})$";
-
-/// A session's handle: 128 bits from the operating system's random source, shown as `s_` and 32
-/// lowercase hexadecimal digits. Unguessable, and never a name a caller chose.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SessionId(u128);
-
-impl SessionId {
-    const PREFIX: &str = "s_";
-
-    fn random() -> Result<SessionId, getrandom::Error> {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes)?;
-        Ok(SessionId(u128::from_le_bytes(bytes)))
-    }
-}
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{:032x}", Self::PREFIX, self.0)
-    }
-}
-
-impl FromStr for SessionId {
-    type Err = ();
-
-    /// Exactly the form [`Display`](fmt::Display) writes: no sign, case or length variants.
-    fn from_str(s: &str) -> Result<SessionId, ()> {
-        let hex = s.strip_prefix(Self::PREFIX).ok_or(())?;
-        if hex.len() != 32 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            return Err(());
-        }
-        u128::from_str_radix(hex, 16).map(SessionId).map_err(|_| ())
-    }
-}
-
-/// What a call asks of the sessions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionRequest {
-    /// Start a session.
-    New,
-    /// Continue the session with this handle.
-    Continue(SessionId),
-}
-
-impl SessionRequest {
-    /// Reads a client's `session` value: [`NEW`] or a handle; anything else is refused.
-    pub fn parse(value: &str) -> Result<SessionRequest, SessionError> {
-        if value == NEW {
-            return Ok(SessionRequest::New);
-        }
-        value
-            .parse()
-            .map(SessionRequest::Continue)
-            .map_err(|()| SessionError::NotAHandle {
-                shown: shown(value),
-            })
-    }
-}
-
-/// `value` as an error message may quote it: escaped, and cut if long.
-fn shown(value: &str) -> String {
-    const MAX_CHARS: usize = 40;
-    let mut cut: String = value.chars().take(MAX_CHARS).collect();
-    if cut.len() < value.len() {
-        cut.push('…');
-    }
-    format!("{cut:?}")
-}
-
-/// How to start over, for every message that refuses a session.
-const START_ONE: &str = "Start a session with session: \"new\"; its reply gives the handle \
-     (structuredContent.session.id) to pass as `session` in later calls.";
-
-/// Why a call cannot run in the session it asked for.
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    #[error("{shown} is not a session handle. {}", START_ONE)]
-    NotAHandle { shown: String },
-    #[error("No session has the handle {id}. {}", START_ONE)]
-    Unknown { id: SessionId },
-    #[error(
-        "Session {id} has expired: it was closed after {} without a call, and what was defined \
-         in it is gone. {}",
-        minutes(.idle.as_secs_f64()),
-        START_ONE
-    )]
-    Expired { id: SessionId, idle: Duration },
-    #[error(
-        "Session {id} was closed to make room for a newer session (at most {max} are open, and \
-         it was the least recently used idle one); what was defined in it is gone. {}",
-        START_ONE
-    )]
-    Evicted { id: SessionId, max: usize },
-    #[error(
-        "No session can start now: all {max} open sessions are running calls. Try again when \
-         one has finished, or run the code without a session."
-    )]
-    Full { max: usize },
-    #[error("cannot draw a session handle from the operating system's random source: {0}")]
-    Random(getrandom::Error),
-    #[error(transparent)]
-    Sandbox(#[from] SandboxError),
-}
-
-impl SessionError {
-    /// The caller's to fix (and to be told in a tool reply), rather than a fault of the host.
-    pub fn is_refusal(&self) -> bool {
-        !matches!(self, SessionError::Random(_) | SessionError::Sandbox(_))
-    }
-}
-
-/// A duration for people: "30 min", "1.5 min", "45 s".
-pub fn minutes(secs: f64) -> String {
-    if secs >= 60.0 {
-        format!("{} min", (secs / 60.0 * 10.0).round() / 10.0)
-    } else {
-        format!("{secs} s")
-    }
-}
+use crate::session::Session;
 
 /// How many sessions may live, and for how long without a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,6 +67,23 @@ pub enum Start {
     Reset,
 }
 
+/// What a call did to its session: what [`Lease::run`] returns with the result, and what a reply
+/// carries (its fields' docs are the clients' schema).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct SessionReport {
+    /// The session's handle: pass it as `session` to continue the session. Only this reply (and
+    /// later ones in the session) carry it.
+    #[schemars(with = "String")]
+    pub id: SessionId,
+    /// Which call of the session this was, counting from 1.
+    pub call: u64,
+    /// Set when this call found the session empty, and why: `new` (the call started it) or
+    /// `reset` (asked for).
+    pub started: Option<Start>,
+    /// The call hit a limit and was undone: the session is as it was before the call.
+    pub rolled_back: bool,
+}
+
 /// Why a session was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ended {
@@ -197,7 +92,7 @@ enum Ended {
 }
 
 /// Handles of dropped sessions remembered, to say why they are gone.
-const GONE_REMEMBERED: usize = 4096;
+const GONE_REMEMBERED: NonZeroUsize = NonZeroUsize::new(4096).unwrap();
 
 /// A live session, shared by the calls that use it.
 type Shared = Arc<tokio::sync::Mutex<Session>>;
@@ -207,11 +102,13 @@ pub struct Sessions {
     registry: Mutex<Registry>,
 }
 
-#[derive(Default)]
 struct Registry {
-    live: HashMap<SessionId, Entry>,
-    gone: HashMap<SessionId, Ended>,
-    gone_order: VecDeque<SessionId>,
+    /// Ordered by use: a session moves to the front when it is started and when a call in it
+    /// ends ([`Sessions::touch`]), so the back is the least recently used, and `last_used` never
+    /// decreases from back to front.
+    live: LruCache<SessionId, Entry>,
+    /// The most recently dropped sessions, the oldest forgotten first.
+    gone: LruCache<SessionId, Ended>,
 }
 
 struct Entry {
@@ -231,7 +128,10 @@ impl Sessions {
     pub fn new(limits: SessionLimits) -> Arc<Sessions> {
         let sessions = Arc::new(Sessions {
             limits,
-            registry: Mutex::default(),
+            registry: Mutex::new(Registry {
+                live: LruCache::unbounded(),
+                gone: LruCache::new(GONE_REMEMBERED),
+            }),
         });
         let weak: Weak<Sessions> = Arc::downgrade(&sessions);
         let every = (limits.idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(30));
@@ -249,10 +149,6 @@ impl Sessions {
             tracing::warn!("cannot start the session reaper: {e}");
         }
         sessions
-    }
-
-    pub fn limits(&self) -> SessionLimits {
-        self.limits
     }
 
     /// The session `request` asks for, locked for one call: waits for the calls before it in that
@@ -298,11 +194,11 @@ impl Sessions {
         }
         let id = loop {
             let id = SessionId::random().map_err(SessionError::Random)?;
-            if !registry.live.contains_key(&id) && !registry.gone.contains_key(&id) {
+            if !registry.live.contains(&id) && !registry.gone.contains(&id) {
                 break id;
             }
         };
-        registry.live.insert(
+        registry.live.push(
             id,
             Entry {
                 session,
@@ -320,10 +216,10 @@ impl Sessions {
     /// least recently used, which only its being busy keeps from eviction.
     fn find(&self, id: SessionId) -> Result<Shared, SessionError> {
         let registry = self.lock();
-        if let Some(entry) = registry.live.get(&id) {
+        if let Some(entry) = registry.live.peek(&id) {
             return Ok(entry.session.clone());
         }
-        Err(match registry.gone.get(&id) {
+        Err(match registry.gone.peek(&id) {
             Some(Ended::Expired) => SessionError::Expired {
                 id,
                 idle: self.limits.idle,
@@ -336,21 +232,25 @@ impl Sessions {
         })
     }
 
-    /// Marks the end of a call in `id`: its idle time counts from now.
+    /// Marks the end of a call in `id`: its idle time counts from now, and it is the most recently
+    /// used.
     fn touch(&self, id: SessionId) {
         if let Some(entry) = self.lock().live.get_mut(&id) {
             entry.last_used = Instant::now();
         }
     }
 
-    /// Drops the sessions idle for longer than the limit.
-    pub fn expire_idle(&self) {
+    /// Drops the sessions idle for longer than the limit: from the least recently used, up to the
+    /// first one used within the limit (all after it were used later still).
+    fn expire_idle(&self) {
         let mut registry = self.lock();
         let idle = self.limits.idle;
         let expired: Vec<SessionId> = registry
             .live
             .iter()
-            .filter(|(_, e)| !e.busy() && e.last_used.elapsed() > idle)
+            .rev()
+            .take_while(|(_, e)| e.last_used.elapsed() > idle)
+            .filter(|(_, e)| !e.busy())
             .map(|(id, _)| *id)
             .collect();
         let dropped: Vec<Entry> = expired
@@ -372,23 +272,17 @@ impl Registry {
         let victim = self
             .live
             .iter()
-            .filter(|(_, e)| !e.busy())
-            .min_by_key(|(_, e)| e.last_used)
+            .rev()
+            .find(|(_, e)| !e.busy())
             .map(|(id, _)| *id)?;
         self.drop_session(victim, Ended::Evicted)
     }
 
     /// Removes `id`, remembering why; the caller drops what is returned, off the async workers.
     fn drop_session(&mut self, id: SessionId, why: Ended) -> Option<Entry> {
-        let entry = self.live.remove(&id)?;
+        let entry = self.live.pop(&id)?;
         tracing::info!(reason = ?why, "session closed");
-        self.gone.insert(id, why);
-        self.gone_order.push_back(id);
-        while self.gone_order.len() > GONE_REMEMBERED {
-            if let Some(old) = self.gone_order.pop_front() {
-                self.gone.remove(&old);
-            }
-        }
+        self.gone.put(id, why);
         Some(entry)
     }
 }
@@ -396,7 +290,7 @@ impl Registry {
 /// Drops `value` on a blocking thread when called on a tokio runtime: freeing a session's
 /// memory (up to the memory limit, twice) is too slow for an async worker. Elsewhere (the reaper's
 /// own thread), it is dropped here.
-pub(crate) fn drop_off_async_workers<T: Send + 'static>(value: T) {
+fn drop_off_async_workers<T: Send + 'static>(value: T) {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             runtime.spawn_blocking(move || drop(value));
@@ -416,10 +310,8 @@ pub struct Lease {
 /// How a call in a session went (see [`Lease::run`]).
 #[derive(Debug)]
 pub struct LeaseRun {
-    pub id: SessionId,
-    /// Set when this call found the session empty, and why.
-    pub started: Option<Start>,
-    pub run: SessionRun,
+    pub result: RunResult,
+    pub session: SessionReport,
 }
 
 impl Lease {
@@ -454,57 +346,15 @@ impl Lease {
         self.sessions.touch(self.id);
         let mut session = self.session;
         tokio::task::spawn_blocking(move || session.save());
+        let ran = ran?;
         Ok(Some(LeaseRun {
-            id: self.id,
-            started: self.started,
-            run: ran?,
+            result: ran.result,
+            session: SessionReport {
+                id: self.id,
+                call: ran.call,
+                started: self.started,
+                rolled_back: ran.rolled_back,
+            },
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handles_are_random_and_read_back_only_in_their_own_form() {
-        let a = SessionId::random().unwrap();
-        let b = SessionId::random().unwrap();
-        assert_ne!(a, b);
-        let shown = a.to_string();
-        assert_eq!(shown.len(), 34);
-        assert_eq!(shown.parse(), Ok(a));
-        assert_eq!(
-            SessionRequest::parse(&shown).unwrap(),
-            SessionRequest::Continue(a)
-        );
-        assert_eq!(SessionRequest::parse(NEW).unwrap(), SessionRequest::New);
-        let upper = format!("s_{}", shown[2..].to_uppercase());
-        let short = &shown[..33];
-        for bad in [
-            "main",
-            "0",
-            "",
-            "New",
-            "new ",
-            "s_",
-            &upper,
-            short,
-            &format!("{shown}0"),
-            &format!("S{}", &shown[1..]),
-            "s_+0000000000000000000000000000000",
-        ] {
-            assert!(SessionRequest::parse(bad).is_err(), "{bad:?} was accepted");
-            assert!(
-                SessionRequest::parse(bad)
-                    .unwrap_err()
-                    .to_string()
-                    .contains("\"new\""),
-                "{bad:?}"
-            );
-        }
-        let long = "x".repeat(10_000);
-        let message = SessionRequest::parse(&long).unwrap_err().to_string();
-        assert!(message.len() < 400, "{message}");
     }
 }

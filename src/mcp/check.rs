@@ -1,0 +1,67 @@
+//! `safe-python-mcp --check`: a short self-test of the sandbox, for installers and to warm the
+//! compiled-code cache before first use.
+
+use std::time::Duration;
+
+use crate::cache::Prepared;
+use crate::flags::SandboxFlags;
+use crate::outcome::RunResult;
+use crate::sandbox::{Sandbox, SandboxOptions};
+use crate::session::Session;
+
+/// `--check`: the sandbox starts, runs code, refuses an import, stops an endless loop, and keeps a
+/// session's state through a stopped call.
+pub(super) async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
+    let sandbox = Sandbox::new(SandboxOptions {
+        cache_dir: flags.cache_dir.clone(),
+        on_compile: Some(Box::new(|path| {
+            eprintln!("safe-python-mcp: compiling the Python sandbox for first use (about 30 s)");
+            if let Some(p) = path {
+                eprintln!("safe-python-mcp: caching it at {}", p.display());
+            }
+        })),
+        ..SandboxOptions::default()
+    })?;
+    let mut options = flags.run_options();
+    type Check = (&'static str, &'static str, fn(&RunResult) -> bool);
+    let checks: [Check; 3] = [
+        ("runs code", "print(2**100)", |r| {
+            r.stdout == "1267650600228229401496703205376\n"
+        }),
+        (
+            "refuses imports outside the allowlist",
+            "import socket",
+            |r| r.error().is_some_and(|e| e.kind == "ImportError"),
+        ),
+        ("stops an endless loop", "while True: pass", |r| {
+            r.limit().is_some()
+        }),
+    ];
+    options.limits.timeout = options.limits.timeout.min(Duration::from_secs(1));
+    for (what, code, passed) in checks {
+        let result = sandbox.run(code, &options).await?;
+        anyhow::ensure!(
+            passed(&result),
+            "the sandbox did not pass \"{what}\": {}",
+            serde_json::to_string(&result)?
+        );
+        println!("ok: {what} ({} ms)", result.stats.wall_ms);
+    }
+    let mut session = Session::new(&sandbox).await?;
+    let mut kept = Vec::new();
+    for code in ["x = 41", "x = 0\nwhile True: pass", "x + 1"] {
+        let run = session.run(code, &options).await?;
+        kept.push((run.result.result().map(str::to_owned), run.rolled_back));
+    }
+    anyhow::ensure!(
+        kept[1].1 && kept[2].0.as_deref() == Some("42"),
+        "the sandbox did not pass \"undoes a stopped call in a session\": {kept:?}"
+    );
+    println!("ok: undoes a stopped call in a session");
+    let cache = match sandbox.prepared() {
+        Prepared::Loaded(p) | Prepared::Compiled(p) => p.display().to_string(),
+        Prepared::CompiledUncached => "none".into(),
+    };
+    println!("safe-python-mcp: self-test passed (compiled sandbox: {cache})");
+    Ok(())
+}

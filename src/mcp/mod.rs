@@ -1,0 +1,223 @@
+//! `safe-python-mcp`: an MCP server over stdio with one tool, `run_python`.
+//!
+//! stdout carries the protocol and nothing else: user code's output only ever reaches the client
+//! inside protocol messages, and logs go to stderr. The guest is compiled or loaded in the
+//! background, so `initialize` and `tools/list` are answered at once even on a first start; calls
+//! wait for it. Calls run in a bounded pool; each is stopped by its limits or by
+//! `notifications/cancelled`, whichever comes first. Calls with a session handle run in that
+//! session ([`crate::sessions`]), one at a time per session.
+//!
+//! There is no tool that lists sessions: one process serves every conversation of a client, and a
+//! listing (even of counts and sizes) would tell one conversation about the others. Each reply
+//! describes the caller's own session instead.
+//!
+//! Every reply stays within the output limit plus [`REPLY_OVERHEAD_BYTES`], and live output within
+//! [`MAX_UPDATES`] and [`MAX_UPDATE_BYTES`].
+
+// MCP logging (`logging/setLevel`, `notifications/message`) is deprecated by SEP-2577, but current
+// clients still use it and we were asked to support it.
+#![allow(deprecated)]
+
+mod check;
+mod progress;
+mod server;
+mod tools;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use rmcp::ServiceExt;
+
+pub use self::progress::{MAX_UPDATE_BYTES, MAX_UPDATES};
+pub use self::server::PythonServer;
+pub use self::tools::{
+    MAX_CODE_BYTES, REPLY_OVERHEAD_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments,
+};
+use crate::flags::{SandboxFlags, parse_seconds};
+use crate::sessions::SessionLimits;
+
+/// Run Python code for an AI assistant in a WebAssembly sandbox, over MCP (stdio).
+#[derive(Debug, Parser)]
+#[command(
+    name = "safe-python-mcp",
+    version,
+    about,
+    after_help = "\
+The server speaks MCP over stdin/stdout and logs to stderr (set SAFE_PYTHON_LOG=debug for more).
+Every flag can also be set through the environment variable shown with it.
+
+Sessions: a call with session \"new\" starts one, and its reply carries the session's handle
+(128 random bits, as s_ and 32 hex digits); only calls with that handle reach it. Names such as
+\"main\" are refused. Sessions live in the server's memory: they all end when it stops."
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub sandbox: SandboxFlags,
+
+    /// Prepare the compiled sandbox, run a short self-test, print what was checked and exit
+    /// (status 0 when it passed): for installers, and to warm the cache before first use.
+    #[arg(long)]
+    pub check: bool,
+
+    /// Calls that run at once; more wait their turn [default: the number of cores].
+    #[arg(long, value_name = "N", env = "SAFE_PYTHON_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers: Option<u16>,
+
+    /// Sessions open at once. A new one beyond this closes the least recently used idle one, and
+    /// is refused while all are running calls. Each holds at most twice the --memory limit (its
+    /// memory, and the snapshot that undoes a stopped call) plus 0.4 %.
+    #[arg(long, value_name = "N", default_value_t = SessionLimits::DEFAULT_MAX as u16, env = "SAFE_PYTHON_MAX_SESSIONS",
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub max_sessions: u16,
+
+    /// A session with no call for this many seconds is closed.
+    #[arg(long, value_name = "SECS", default_value_t = SessionLimits::DEFAULT_IDLE.as_secs_f64(),
+          value_parser = parse_seconds, env = "SAFE_PYTHON_SESSION_IDLE")]
+    pub session_idle: f64,
+}
+
+impl Args {
+    pub fn session_limits(&self) -> SessionLimits {
+        SessionLimits {
+            max: self.max_sessions.into(),
+            idle: Duration::from_secs_f64(self.session_idle),
+        }
+    }
+}
+
+/// The whole program.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SAFE_PYTHON_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("safe-python-mcp: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.check {
+        return match runtime.block_on(check::self_test(&args.sandbox)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("safe-python-mcp: self-test failed: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let served = runtime.block_on(serve(PythonServer::start(&args)));
+    // After a signal, a blocking read of stdin is still pending in tokio's blocking pool, and
+    // dropping the runtime would wait for it: leave it, the process is exiting.
+    runtime.shutdown_background();
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Serves one client on stdio until it closes stdin (in-flight calls get rmcp's 5 s to finish) or
+/// the process is asked to stop (SIGTERM, or SIGINT / Ctrl-C): then runs in progress are dropped,
+/// which stops them, and the server exits 0 at once. A client that closes stdin before it has
+/// initialized is no failure either.
+async fn serve(server: PythonServer) -> anyhow::Result<()> {
+    let session = async {
+        let service = match server.serve(rmcp::transport::stdio()).await {
+            Ok(service) => service,
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
+                tracing::info!("the client closed stdin before initializing");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        service.waiting().await?;
+        Ok(())
+    };
+    tokio::select! {
+        ended = session => ended,
+        signal = termination() => {
+            tracing::info!("{signal}: stopping the runs in progress and exiting");
+            Ok(())
+        }
+    }
+}
+
+/// Resolves with the signal's name when the process is asked to stop; never, if the handlers
+/// cannot be installed (the signals then keep their default effect).
+async fn termination() -> &'static str {
+    let signal = async {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut term = signal(SignalKind::terminate())?;
+            tokio::select! {
+                _ = term.recv() => Ok("SIGTERM"),
+                interrupted = tokio::signal::ctrl_c() => interrupted.map(|()| "SIGINT"),
+            }
+        }
+        #[cfg(not(unix))]
+        tokio::signal::ctrl_c().await.map(|()| "Ctrl-C")
+    };
+    match signal.await {
+        Ok(name) => name,
+        Err(e) => {
+            tracing::warn!("cannot handle termination signals: {e}");
+            std::future::pending().await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn session_flags_map_onto_session_limits() {
+        let args = Args::try_parse_from(["safe-python-mcp"]).unwrap();
+        assert_eq!(args.session_limits(), SessionLimits::default());
+        let args = Args::try_parse_from([
+            "safe-python-mcp",
+            "--max-sessions",
+            "3",
+            "--session-idle",
+            "1.5",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.session_limits(),
+            SessionLimits {
+                max: 3,
+                idle: Duration::from_millis(1500),
+            }
+        );
+        for bad in [
+            ["--max-sessions", "0"],
+            ["--session-idle", "0"],
+            ["--session-idle", "x"],
+        ] {
+            assert!(
+                Args::try_parse_from(["safe-python-mcp"].into_iter().chain(bad)).is_err(),
+                "{bad:?} was accepted"
+            );
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! The server: starts the sandbox in the background, and takes each `run_python` call through its
+//! flow (a session if asked for, a worker, live output, the reply), stopping it when the request
+//! is cancelled.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, LoggingLevel, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use tokio::sync::{Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::Args;
+use super::progress::{Live, Progress};
+use super::tools::{self, MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments};
+use crate::sandbox::{RunOptions, Sandbox, SandboxOptions};
+use crate::sessions::{LeaseRun, SessionRequest, Sessions};
+
+/// The server: shared by every request handler.
+#[derive(Clone)]
+pub struct PythonServer(Arc<Inner>);
+
+struct Inner {
+    options: RunOptions,
+    sandbox: watch::Receiver<Option<Result<Sandbox, String>>>,
+    slots: Semaphore,
+    sessions: Arc<Sessions>,
+    tools: Vec<Tool>,
+    /// Set by `logging/setLevel`: output then also goes out as log messages.
+    log_level: Mutex<Option<LoggingLevel>>,
+}
+
+impl PythonServer {
+    /// Starts preparing the sandbox in the background and returns at once.
+    pub fn start(args: &Args) -> Self {
+        let (ready, sandbox) = watch::channel(None);
+        let cache_dir = args.sandbox.cache_dir.clone();
+        std::thread::spawn(move || {
+            let options = SandboxOptions {
+                cache_dir,
+                on_compile: Some(Box::new(|path| match path {
+                    Some(p) => tracing::info!(
+                        "compiling the Python sandbox for first use (about 30 s); caching it at {}",
+                        p.display()
+                    ),
+                    None => tracing::info!("compiling the Python sandbox (no cache directory)"),
+                })),
+                ..SandboxOptions::default()
+            };
+            let sandbox = Sandbox::new(options).map_err(|e| format!("{e:#}"));
+            match &sandbox {
+                Ok(_) => tracing::info!("sandbox ready"),
+                Err(e) => tracing::error!("the sandbox cannot start: {e}"),
+            }
+            let _ = ready.send(Some(sandbox));
+        });
+        let workers = args
+            .workers
+            .map(usize::from)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+        let options = args.sandbox.run_options();
+        let session_limits = args.session_limits();
+        PythonServer(Arc::new(Inner {
+            tools: tools::tools(&options, session_limits),
+            options,
+            sandbox,
+            slots: Semaphore::new(workers),
+            sessions: Sessions::new(session_limits),
+            log_level: Mutex::new(None),
+        }))
+    }
+
+    async fn sandbox(&self, progress: &Progress) -> Result<Sandbox, ErrorData> {
+        let mut ready = self.0.sandbox.clone();
+        if ready.borrow().is_none() {
+            progress
+                .note("preparing the Python sandbox (first start only)")
+                .await;
+        }
+        let ready = ready
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| ErrorData::internal_error("the sandbox loader stopped", None))?;
+        match ready.as_ref().expect("waited for it") {
+            Ok(sandbox) => Ok(sandbox.clone()),
+            Err(e) => Err(ErrorData::internal_error(
+                format!("the sandbox cannot start: {e}"),
+                None,
+            )),
+        }
+    }
+
+    async fn run_python(
+        &self,
+        args: RunPythonArgs,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        if args.code.len() > MAX_CODE_BYTES {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                "The code is {} bytes long; the limit is {MAX_CODE_BYTES} bytes.",
+                args.code.len()
+            ))]));
+        }
+        let log = *self
+            .0
+            .log_level
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let progress = Progress {
+            peer: context.peer.clone(),
+            token: context.meta.get_progress_token(),
+            log: log.is_some(),
+        };
+        let ct = &context.ct;
+        let sandbox = self.sandbox(&progress).await?;
+        // A session first (calls to one session queue here, holding no worker), then a worker.
+        let lease = match &args.session {
+            Some(value) => {
+                let checkout = async {
+                    let request = SessionRequest::parse(value)?;
+                    self.0
+                        .sessions
+                        .checkout(request, args.reset, &sandbox)
+                        .await
+                };
+                match until_cancelled(ct, checkout).await? {
+                    Ok(lease) => Some(lease),
+                    Err(e) if e.is_refusal() => return Ok(tools::session_refused(&e)),
+                    Err(e) => return Err(internal(e)),
+                }
+            }
+            None => None,
+        };
+        let slot = until_cancelled(ct, self.0.slots.acquire())
+            .await?
+            .map_err(|_| ErrorData::internal_error("the server is shutting down", None))?;
+
+        let live = progress
+            .is_wanted()
+            .then(|| Live::start(progress.clone(), ct.clone()));
+        let mut options = self.0.options.clone();
+        options.observer = live.as_ref().map(Live::observer);
+        let (result, session) = match lease {
+            None => (
+                until_cancelled(ct, sandbox.run(&args.code, &options)).await?,
+                None,
+            ),
+            Some(lease) => match lease.run(&args.code, &options, ct.cancelled()).await {
+                Ok(None) => return Err(cancelled()),
+                Ok(Some(LeaseRun { result, session })) => (Ok(result), Some(session)),
+                Err(e) => (Err(e), None),
+            },
+        };
+        // The run is over: its worker is free for the next call while the live output that is
+        // left goes out (bounded, and cut short if the call is cancelled), before the reply.
+        drop(slot);
+        if let Some(live) = live {
+            live.finish().await;
+        }
+        let result = result.map_err(internal)?;
+        Ok(tools::run_reply(&result, session))
+    }
+}
+
+/// Awaits `future` unless the request is cancelled first.
+async fn until_cancelled<T>(
+    ct: &CancellationToken,
+    future: impl Future<Output = T>,
+) -> Result<T, ErrorData> {
+    tokio::select! {
+        out = future => Ok(out),
+        () = ct.cancelled() => Err(cancelled()),
+    }
+}
+
+fn cancelled() -> ErrorData {
+    ErrorData::internal_error("the call was cancelled", None)
+}
+
+fn internal(e: impl std::fmt::Display) -> ErrorData {
+    ErrorData::internal_error(format!("{e:#}"), None)
+}
+
+impl ServerHandler for PythonServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_logging().build())
+            .with_server_info(Implementation::new("safe-python-mcp", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Runs Python code in a WebAssembly sandbox on this machine. Call run_python to compute, \
+                 test or check anything expressible in plain Python with the standard modules it lists; \
+                 pass session \"new\" to start a session that keeps state between calls, then the handle its reply returns.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.0.tools.clone()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let reply = match request.name.as_ref() {
+            RUN_PYTHON => {
+                let args = parse_arguments(request.arguments)?;
+                self.run_python(args, context).await?
+            }
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown tool '{other}': the only tool is '{RUN_PYTHON}'"),
+                    None,
+                ));
+            }
+        };
+        Ok(reply.into())
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        *self
+            .0
+            .log_level
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(request.level);
+        Ok(())
+    }
+}
