@@ -1,20 +1,19 @@
 //! The MCP server as a client meets it: `cargo bench --bench mcp`.
 //!
-//! Prints, with a warm module cache, the time from spawning `safe-python-mcp` to the first
-//! `run_python` result, and the per-call latency (p50, p90) of trivial code over one connection.
+//! Prints, with a warm module cache (the tests' own, under `target/`), the time from spawning
+//! `safe-python-mcp` to the first `run_python` result, and the per-call latency (p50, p90) of
+//! trivial code over one connection.
+
+#[path = "../tests/it/common/mod.rs"]
+mod common;
 
 use std::time::{Duration, Instant};
 
-use rmcp::ServiceExt;
+use common::client::run_python;
 use rmcp::model::CallToolRequestParams;
-use rmcp::transport::TokioChildProcess;
-use serde_json::json;
-
-const BIN: &str = env!("CARGO_BIN_EXE_safe-python-mcp");
 
 fn call(code: &str) -> CallToolRequestParams {
-    CallToolRequestParams::new("run_python")
-        .with_arguments(json!({ "code": code }).as_object().unwrap().clone())
+    run_python(code, None)
 }
 
 fn percentile(sorted: &[Duration], p: usize) -> f64 {
@@ -23,20 +22,16 @@ fn percentile(sorted: &[Duration], p: usize) -> f64 {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let connect = || async {
-        let mut command = tokio::process::Command::new(BIN);
-        command.env("SAFE_PYTHON_LOG", "warn");
-        anyhow::Ok(().serve(TokioChildProcess::new(command)?).await?)
-    };
+    let connect = || common::client::connect((), common::spawn::mcp_server(&[]));
     // Warm the cache (and the page cache) once.
-    let client = connect().await?;
+    let client = connect().await;
     client.call_tool(call("print(1)")).await?;
     client.cancel().await?;
 
     let mut starts = Vec::new();
     for _ in 0..9 {
         let started = Instant::now();
-        let client = connect().await?;
+        let client = connect().await;
         let r = client.call_tool(call("print(1)")).await?;
         starts.push(started.elapsed());
         anyhow::ensure!(r.is_error == Some(false), "print(1) failed: {r:?}");
@@ -49,7 +44,7 @@ async fn main() -> anyhow::Result<()> {
         percentile(&starts, 90)
     );
 
-    let client = connect().await?;
+    let client = connect().await;
     let mut calls = Vec::new();
     for _ in 0..500 {
         let started = Instant::now();

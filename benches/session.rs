@@ -1,39 +1,18 @@
 //! What sessions cost: `cargo bench --bench session`.
 //!
-//! Over MCP (the real server, warm module cache): the per-call latency of trivial code in a
+//! Over MCP (the real server, warm module cache: the tests' own, under `target/`): the per-call latency of trivial code in a
 //! session, back to back and with a pause between calls, against the same code run fresh; and the
 //! server memory (RSS) an idle session holds. In process: the cost of the snapshot taken after
 //! each call and of the rollback after a stopped call, as the session's memory grows.
 
+#[path = "../tests/it/common/mod.rs"]
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::client::{new_session, run_python as call, transport};
 use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParams;
-use rmcp::transport::TokioChildProcess;
 use safe_python_executor::{Limits, RunOptions, Sandbox, SandboxOptions, Session};
-use serde_json::{Value, json};
-
-const BIN: &str = env!("CARGO_BIN_EXE_safe-python-mcp");
-
-fn call(code: &str, session: Option<&str>) -> CallToolRequestParams {
-    let mut args = json!({ "code": code });
-    if let Some(s) = session {
-        args["session"] = Value::from(s);
-    }
-    CallToolRequestParams::new("run_python").with_arguments(args.as_object().unwrap().clone())
-}
-
-/// Starts a session with `code`, and returns its handle.
-async fn new_session(
-    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
-    code: &str,
-) -> anyhow::Result<String> {
-    let r = client.call_tool(call(code, Some("new"))).await?;
-    anyhow::ensure!(r.is_error == Some(false), "{code} failed: {r:?}");
-    r.structured_content
-        .and_then(|v| v["session"]["id"].as_str().map(str::to_owned))
-        .ok_or_else(|| anyhow::anyhow!("no session handle"))
-}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -62,11 +41,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn over_mcp() -> anyhow::Result<()> {
-    let mut command = tokio::process::Command::new(BIN);
-    command
-        .env("SAFE_PYTHON_LOG", "warn")
-        .args(["--max-sessions", "64"]);
-    let transport = TokioChildProcess::new(command)?;
+    let transport = transport(common::spawn::mcp_server(&["--max-sessions", "64"]));
     let pid = transport
         .id()
         .ok_or_else(|| anyhow::anyhow!("no server pid"))?;
@@ -86,7 +61,7 @@ async fn over_mcp() -> anyhow::Result<()> {
         anyhow::Ok((percentile(&times, 50), percentile(&times, 90)))
     };
     let pause = Duration::from_millis(20);
-    let bench = new_session(&client, "None").await?;
+    let bench = new_session(&client, "None").await;
     let fresh = timed(None, 300, Duration::ZERO).await?;
     let session = timed(Some(&bench), 300, Duration::ZERO).await?;
     let fresh_paused = timed(None, 100, pause).await?;
@@ -115,7 +90,7 @@ async fn over_mcp() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let (anon, rss) = (status_mib(pid, "RssAnon:")?, status_mib(pid, "VmRSS:")?);
         for _ in 0..count {
-            new_session(&client, code).await?;
+            new_session(&client, code).await;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         let per = |after: f64, before: f64| (after - before) / count as f64;

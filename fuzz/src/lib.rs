@@ -20,14 +20,16 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rmcp::ServiceExt;
+use rmcp::handler::server::common::schema_for_type;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage, RequestId,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonObject, JsonRpcMessage, RequestId,
     ServerJsonRpcMessage,
 };
-use safe_python_executor::mcp::{self, Args, PythonServer};
+use safe_python_executor::mcp::{self, Args, PythonServer, RunPythonArgs};
 use safe_python_executor::sessions::SessionRequest;
 use safe_python_executor::{ImportPolicy, Limits, Outcome, RunOptions, RunResult, Sandbox};
 use safe_python_protocol::{self as protocol, Report};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// One runtime for every input: building a runtime per input would dominate the time spent.
@@ -42,54 +44,133 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     &RUNTIME
 }
 
-/// `run_python`'s arguments: any JSON object is either accepted, when it holds a string `code`,
-/// optionally a string (or null) `session` and a boolean `reset` (which needs a `session`), and
-/// nothing else; or refused with an error; anything else is not an argument object at all. An
-/// accepted `session` reaches a session only in the form the schema's pattern gives (`"new"`, or
-/// `s_` and 32 lowercase hexadecimal digits); any other is refused, saying how to start one.
+/// The input schema of `run_python`, as clients are given it in `tools/list`.
+pub fn run_python_schema() -> Arc<JsonObject> {
+    schema_for_type::<RunPythonArgs>()
+}
+
+/// Whether a value of JSON type `ty` (a JSON Schema type name) admits `value`.
+fn has_type(ty: &str, value: &Value) -> bool {
+    match ty {
+        "null" => value.is_null(),
+        "boolean" => value.is_boolean(),
+        "string" => value.is_string(),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        "number" => value.is_number(),
+        "integer" => value.as_f64().is_some_and(|n| n.fract() == 0.0),
+        other => panic!("the oracle does not know the JSON Schema type {other:?}"),
+    }
+}
+
+/// Whether `schema`, the schema of one argument, admits `value` as argument decoding does: by
+/// type. A `pattern` is the form of a value that the tool itself checks after decoding (see
+/// [`run_python_args`]). A keyword the oracle does not know fails here, so that a new constraint is
+/// taught to it rather than passed over.
+fn admits(name: &str, schema: &Value, value: &Value) -> bool {
+    let mut admitted = true;
+    for (keyword, constraint) in schema
+        .as_object()
+        .expect("an argument's schema is an object")
+    {
+        match keyword.as_str() {
+            "type" => {
+                admitted &= match constraint {
+                    Value::String(ty) => has_type(ty, value),
+                    Value::Array(types) => types
+                        .iter()
+                        .any(|ty| has_type(ty.as_str().expect("a type name"), value)),
+                    other => panic!("{name}: a type that is not a name: {other}"),
+                }
+            }
+            "minimum" => {
+                admitted &= value
+                    .as_f64()
+                    .is_none_or(|n| Some(n) >= constraint.as_f64())
+            }
+            "maximum" => {
+                admitted &= value
+                    .as_f64()
+                    .is_none_or(|n| Some(n) <= constraint.as_f64())
+            }
+            "enum" => admitted &= constraint.as_array().is_some_and(|vs| vs.contains(value)),
+            "const" => admitted &= constraint == value,
+            "pattern" | "format" | "description" | "default" | "title" | "examples" => {}
+            other => panic!("{name}: the oracle does not know the keyword {other:?}: {schema}"),
+        }
+    }
+    admitted
+}
+
+/// Whether `arguments` meet `schema`, the tool's input schema: every required argument given, none
+/// that it does not list, each of a type and in a range it admits.
+pub fn conforms(schema: &JsonObject, arguments: &JsonObject) -> bool {
+    let properties = schema["properties"]
+        .as_object()
+        .expect("the schema lists the arguments");
+    for (keyword, value) in schema {
+        match keyword.as_str() {
+            "$schema" | "title" | "description" | "properties" | "required" => {}
+            "type" => assert_eq!(value, "object", "the arguments are an object"),
+            "additionalProperties" => assert_eq!(value, false, "unknown arguments are refused"),
+            other => panic!("the oracle does not know the keyword {other:?}: {value}"),
+        }
+    }
+    let required = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    required
+        .iter()
+        .all(|name| arguments.contains_key(name.as_str().expect("a property name")))
+        && arguments.iter().all(|(name, value)| {
+            properties
+                .get(name)
+                .is_some_and(|schema| admits(name, schema, value))
+        })
+}
+
+/// `run_python`'s arguments: any JSON object is either accepted or refused with an error, and
+/// anything else is not an argument object at all. What is accepted is read from the tool's real
+/// input schema ([`run_python_schema`]), so a new argument is known here the day it is added: an
+/// object that meets the schema, less the one rule a schema does not carry (`reset` needs a
+/// `session`). An accepted `session` reaches a session only in the form the schema's pattern gives
+/// (`"new"`, or a handle); any other is refused, saying how to start one.
 pub fn run_python_args(data: &[u8]) {
-    use serde_json::Value;
+    static SCHEMA: LazyLock<Arc<JsonObject>> = LazyLock::new(run_python_schema);
+    static SESSION_FORM: LazyLock<regex_lite::Regex> = LazyLock::new(|| {
+        let pattern = SCHEMA["properties"]["session"]["pattern"]
+            .as_str()
+            .expect("the schema gives the form of a session value");
+        regex_lite::Regex::new(pattern).expect("the schema's pattern is a regular expression")
+    });
     let arguments = match serde_json::from_slice::<Value>(data) {
         Ok(Value::Object(map)) => Some(map),
         Ok(Value::Null) => None,
         _ => return,
     };
-    let well_formed = arguments.as_ref().is_some_and(|map| {
-        let session = map.get("session").filter(|s| !s.is_null());
-        let reset = map.get("reset");
-        map.get("code").is_some_and(Value::is_string)
-            && session.is_none_or(Value::is_string)
-            && reset.is_none_or(Value::is_boolean)
-            && !(reset == Some(&Value::Bool(true)) && session.is_none())
-            && map
-                .keys()
-                .all(|k| ["code", "session", "reset"].contains(&k.as_str()))
-    });
-    match mcp::parse_arguments(arguments.clone()) {
+    let given = arguments.clone().unwrap_or_default();
+    let session = given.get("session").and_then(Value::as_str);
+    let reset = given.get("reset") == Some(&Value::Bool(true));
+    let well_formed = conforms(&SCHEMA, &given) && !(reset && session.is_none());
+    match mcp::parse_arguments(arguments) {
         Ok(args) => {
-            assert!(well_formed, "accepted {arguments:?}");
-            let arguments = arguments.unwrap();
-            assert_eq!(Some(args.code.as_str()), arguments["code"].as_str());
-            assert_eq!(
-                args.session.as_deref(),
-                arguments.get("session").and_then(Value::as_str)
-            );
+            assert!(well_formed, "accepted {given:?}");
+            assert_eq!(Some(args.code.as_str()), given["code"].as_str());
+            assert_eq!(args.session.as_deref(), session);
+            assert_eq!(args.reset, reset);
             if let Some(session) = &args.session {
-                let hex = session.strip_prefix("s_").unwrap_or_default();
-                let handle = hex.len() == 32
-                    && hex
-                        .bytes()
-                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                let form = SESSION_FORM.is_match(session);
                 match SessionRequest::parse(session) {
-                    Ok(_) => assert!(session == "new" || handle, "{session:?} was taken"),
+                    Ok(_) => assert!(form, "{session:?} was taken"),
                     Err(e) => {
-                        assert!(session != "new" && !handle, "{session:?}: {e}");
+                        assert!(!form, "{session:?}: {e}");
                         assert!(e.to_string().contains("session: \"new\""), "{e}");
                     }
                 }
             }
         }
-        Err(e) => assert!(!well_formed, "refused {arguments:?}: {e:?}"),
+        Err(e) => assert!(!well_formed, "refused {given:?}: {e:?}"),
     }
 }
 

@@ -28,13 +28,14 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::client::{
+    Client, connect, handle_in, new_session, refused, run_python, run_python_with, session_call,
+    text,
+};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
-use rmcp::{RoleClient, ServiceExt};
 use safe_python_executor::mcp::REPLY_OVERHEAD_BYTES;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -67,56 +68,28 @@ impl Case {
     }
 }
 
-type Client = RunningService<RoleClient, ()>;
-
 async fn server(dir: &Path, extra: &[&str]) -> Client {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_safe-python-mcp"));
+    let mut command = common::spawn::mcp_server(&[
+        "--timeout",
+        &TIMEOUT_SECS.to_string(),
+        "--memory",
+        "128",
+        "--max-output",
+        &MAX_OUTPUT.to_string(),
+    ]);
     command
+        .args(extra)
         .current_dir(dir)
-        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
         .env("SAFE_PYTHON_LOG", "error")
-        .env(CANARY_ENV, CANARY_VALUE)
-        .args([
-            "--timeout",
-            &TIMEOUT_SECS.to_string(),
-            "--memory",
-            "128",
-            "--max-output",
-            &MAX_OUTPUT.to_string(),
-        ]);
-    command.args(extra);
-    let client =
-        ().serve(TokioChildProcess::new(command).unwrap())
-            .await
-            .expect("the server starts");
+        .env(CANARY_ENV, CANARY_VALUE);
+    let client = connect((), command).await;
     // The first call waits for the sandbox; keep it out of the timed cases.
-    client.call_tool(call("None", None)).await.unwrap();
+    client.call_tool(run_python("None", None)).await.unwrap();
     client
-}
-
-/// `code` as a `run_python` call, fresh or in `session`.
-fn call(code: &str, session: Option<&str>) -> CallToolRequestParams {
-    let mut args = json!({ "code": code });
-    if let Some(session) = session {
-        args["session"] = json!(session);
-    }
-    CallToolRequestParams::new("run_python").with_arguments(args.as_object().unwrap().clone())
 }
 
 /// What a session holds before each case, and must hold after it.
 const KEPT: &str = "kept = 12345";
-
-/// The handle in a reply that started or continued a session.
-fn handle_in(reply: &CallToolResult) -> Option<String> {
-    let v = reply.structured_content.as_ref()?;
-    v["session"]["id"].as_str().map(str::to_owned)
-}
-
-/// Starts a session holding `code`'s state, and returns its handle.
-async fn new_session(client: &Client, code: &str) -> String {
-    let reply = client.call_tool(call(code, Some("new"))).await.unwrap();
-    handle_in(&reply).unwrap_or_else(|| panic!("no handle in {reply:?}"))
-}
 
 /// Checks `expect` against the reply; returns what went wrong.
 fn check_expectation(expect: &str, reply: &CallToolResult) -> Result<(), String> {
@@ -188,17 +161,15 @@ async fn run_suite(in_sessions: bool) {
     let cases = all_cases();
     assert!(cases.len() >= 60, "the suite has {} cases", cases.len());
 
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("adversarial-{}-{in_sessions}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let temp = common::temp_dir("adversarial");
+    let dir = temp.path();
     std::fs::write(dir.join(CANARY_FILE), CANARY_CONTENT).unwrap();
     let host_secret = std::fs::read_to_string("/etc/passwd")
         .ok()
         .and_then(|p| p.lines().next().map(str::to_owned));
 
-    let strict = server(&dir, &[]).await;
-    let open = server(&dir, &["--allow", OPEN_MODULES]).await;
+    let strict = server(dir, &[]).await;
+    let open = server(dir, &["--allow", OPEN_MODULES]).await;
     let mut failures = Vec::new();
     let mut handles: Vec<String> = Vec::new();
     for case in &cases {
@@ -210,7 +181,7 @@ async fn run_suite(in_sessions: bool) {
         let session = session.as_deref();
         let started = Instant::now();
         let asked = case.session.as_deref().or(session);
-        let reply = client.call_tool(call(&case.source(), asked)).await;
+        let reply = client.call_tool(run_python(&case.source(), asked)).await;
         let took = started.elapsed();
         let mut problems = Vec::new();
         match &reply {
@@ -253,7 +224,7 @@ async fn run_suite(in_sessions: bool) {
             Some(_) => ("kept * 1", "12345"),
             None => ("6 * 7", "42"),
         };
-        match client.call_tool(call(next, session)).await {
+        match client.call_tool(run_python(next, session)).await {
             Ok(r)
                 if r.structured_content
                     .as_ref()
@@ -279,7 +250,7 @@ async fn run_suite(in_sessions: bool) {
     open.cancel().await.unwrap();
 
     assert_eq!(
-        listing(&dir),
+        listing(dir),
         [CANARY_FILE],
         "files appeared in the server's working directory"
     );
@@ -287,7 +258,6 @@ async fn run_suite(in_sessions: bool) {
         std::fs::read_to_string(dir.join(CANARY_FILE)).unwrap(),
         CANARY_CONTENT
     );
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         failures.is_empty(),
         "{} of {} cases failed:\n{}",
@@ -304,36 +274,9 @@ async fn session_server(extra: &[&str]) -> Client {
     server(Path::new(env!("CARGO_TARGET_TMPDIR")), extra).await
 }
 
-fn text(reply: &CallToolResult) -> String {
-    reply
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect()
-}
-
-/// Calls `code` in `session`, which must be refused with a tool error that reaches no session
-/// and says how to start one; returns its text.
-async fn refused(client: &Client, session: &str) -> String {
-    let reply = client
-        .call_tool(call("kept = 'overwritten'", Some(session)))
-        .await
-        .unwrap();
-    let text = text(&reply);
-    assert_eq!(
-        reply.is_error,
-        Some(true),
-        "{session:?} was accepted: {text}"
-    );
-    assert!(reply.structured_content.is_none(), "{reply:?}");
-    assert!(text.contains("session: \"new\""), "{text}");
-    text
-}
-
 /// Runs `code` in `session` and returns its result.
 async fn result_in(client: &Client, session: &str, code: &str) -> Value {
-    let reply = client.call_tool(call(code, Some(session))).await.unwrap();
-    let v = reply.structured_content.expect("a run's reply");
+    let v = session_call(client, session, code).await;
     assert_eq!(v["session"]["id"], session, "{v}");
     v["result"].clone()
 }
@@ -406,13 +349,7 @@ async fn a_handle_after_reset_eviction_or_expiry_says_which() {
 
     // A reset empties the session, and the handle goes on working.
     let args = json!({"code": "'kept' in globals()", "session": x, "reset": true});
-    let reply = client
-        .call_tool(
-            CallToolRequestParams::new("run_python")
-                .with_arguments(args.as_object().unwrap().clone()),
-        )
-        .await
-        .unwrap();
+    let reply = client.call_tool(run_python_with(args)).await.unwrap();
     let v = reply.structured_content.unwrap();
     assert_eq!(
         (&v["result"], &v["session"]["started"]),
@@ -448,7 +385,7 @@ async fn a_busy_session_is_never_evicted_and_none_starts_when_all_are_busy() {
     let a = new_session(&client, "import time\nkept = 'a'").await;
     let b = new_session(&client, "kept = 'b'").await;
     // a is the least recently used, but busy: the new session evicts b.
-    let long = client.call_tool(call("time.sleep(2)\nkept", Some(&a)));
+    let long = client.call_tool(run_python("time.sleep(2)\nkept", Some(&a)));
     let newer = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         new_session(&client, "import time\nkept = 'c'").await
@@ -458,12 +395,12 @@ async fn a_busy_session_is_never_evicted_and_none_starts_when_all_are_busy() {
     assert!(refused(&client, &b).await.contains("closed to make room"));
 
     // Both open sessions busy: a new one is refused, and nothing is evicted.
-    let busy_a = client.call_tool(call("time.sleep(2)", Some(&a)));
-    let busy_c = client.call_tool(call("time.sleep(2)", Some(&c)));
+    let busy_a = client.call_tool(run_python("time.sleep(2)", Some(&a)));
+    let busy_c = client.call_tool(run_python("time.sleep(2)", Some(&c)));
     let attempt = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         client
-            .call_tool(call("kept = 'd'", Some("new")))
+            .call_tool(run_python("kept = 'd'", Some("new")))
             .await
             .unwrap()
     };
@@ -489,26 +426,15 @@ async fn a_busy_session_is_never_evicted_and_none_starts_when_all_are_busy() {
 async fn nothing_tells_a_caller_of_another_callers_session() {
     let client = session_server(&[]).await;
     let mine = new_session(&client, "kept = 'private'").await;
-    let everything_else = vec![
+    let mut everything_else = vec![
         serde_json::to_string(&client.list_all_tools().await.unwrap()).unwrap(),
         serde_json::to_string(&client.peer_info()).unwrap(),
-        format!("{:?}", client.call_tool(call("1", None)).await.unwrap()),
-        format!(
-            "{:?}",
-            client.call_tool(call("1", Some("new"))).await.unwrap()
-        ),
-        format!(
-            "{:?}",
-            client.call_tool(call("1", Some("main"))).await.unwrap()
-        ),
-        format!(
-            "{:?}",
-            client
-                .call_tool(call("1", Some(&changed(&mine, 5))))
-                .await
-                .unwrap()
-        ),
     ];
+    let near_miss = changed(&mine, 5);
+    for session in [None, Some("new"), Some("main"), Some(near_miss.as_str())] {
+        let reply = client.call_tool(run_python("1", session)).await.unwrap();
+        everything_else.push(format!("{reply:?}"));
+    }
     for said in &everything_else {
         assert!(!said.contains(&mine), "{said}");
     }

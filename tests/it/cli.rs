@@ -2,31 +2,14 @@
 
 use crate::common;
 
-use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+use common::spawn::{self, SANDBOX_RUN};
+use safe_python_executor::Prepared;
+
+/// `sandbox-run` with `args` and `stdin`, run to its end.
 fn sandbox_run(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sandbox-run"))
-        .args(args)
-        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sandbox-run starts");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    child.wait_with_output().unwrap()
+    spawn::output(spawn::sandbox_run(args), stdin)
 }
 
 fn stdout(o: &Output) -> String {
@@ -48,6 +31,12 @@ fn assert_status(o: &Output, code: i32) {
     );
 }
 
+#[track_caller]
+fn assert_stderr_has(o: &Output, needle: &str) {
+    let stderr = stderr(o);
+    assert!(stderr.contains(needle), "{needle:?} is not in {stderr}");
+}
+
 #[test]
 fn runs_code_from_the_command_line() {
     let o = sandbox_run(&["-c", "print(2**100)"], None);
@@ -64,9 +53,8 @@ fn prints_the_result_value_after_the_output() {
 
 #[test]
 fn runs_a_file_and_stdin() {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-file");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("script.py");
+    let dir = common::temp_dir("cli-file");
+    let file = dir.path().join("script.py");
     std::fs::write(&file, "import math\nprint(math.factorial(5))\n").unwrap();
     let o = sandbox_run(&[file.to_str().unwrap()], None);
     assert_status(&o, 0);
@@ -82,7 +70,7 @@ fn exceptions_exit_1_with_the_traceback_on_stderr() {
     let o = sandbox_run(&["-c", "print('partial')\n{}['missing']"], None);
     assert_status(&o, 1);
     assert_eq!(stdout(&o), "partial\n");
-    assert!(stderr(&o).contains("KeyError: 'missing'"), "{}", stderr(&o));
+    assert_stderr_has(&o, "KeyError: 'missing'");
     assert_status(&sandbox_run(&["-c", "raise SystemExit(0)"], None), 1);
 }
 
@@ -100,18 +88,10 @@ fn limits_exit_3_and_say_which() {
         None,
     );
     assert_status(&o, 3);
-    assert!(
-        stderr(&o).contains("limit reached (timeout)"),
-        "{}",
-        stderr(&o)
-    );
+    assert_stderr_has(&o, "limit reached (timeout)");
     let o = sandbox_run(&["--fuel", "100000000", "-c", "while True: pass"], None);
     assert_status(&o, 3);
-    assert!(
-        stderr(&o).contains("limit reached (fuel)"),
-        "{}",
-        stderr(&o)
-    );
+    assert_stderr_has(&o, "limit reached (fuel)");
     let o = sandbox_run(&["--max-output", "100", "-c", "print('y' * 1000)"], None);
     assert_status(&o, 3);
     assert!(stdout(&o).contains("[output truncated"), "{}", stdout(&o));
@@ -125,11 +105,7 @@ fn limits_exit_3_and_say_which() {
         None,
     );
     assert_status(&o, 3);
-    assert!(
-        stderr(&o).contains("limit reached (memory)"),
-        "{}",
-        stderr(&o)
-    );
+    assert_stderr_has(&o, "limit reached (memory)");
 }
 
 #[test]
@@ -170,11 +146,7 @@ fn allow_adds_modules() {
     assert_eq!(stdout(&o), "[[1]]\n");
     let o = sandbox_run(&["-c", "import json"], None);
     assert_status(&o, 1);
-    assert!(
-        stderr(&o).contains("import of 'json' is not allowed in this sandbox"),
-        "{}",
-        stderr(&o)
-    );
+    assert_stderr_has(&o, "import of 'json' is not allowed in this sandbox");
 }
 
 #[test]
@@ -293,16 +265,14 @@ fn help_documents_exit_codes_and_defaults() {
 #[test]
 fn output_streams_while_the_code_runs() {
     use std::io::{BufRead, BufReader};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sandbox-run"))
-        .args([
-            "-c",
-            "print('first')\nimport time\ntime.sleep(3)\nprint('second')",
-        ])
-        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn::sandbox_run(&[
+        "-c",
+        "print('first')\nimport time\ntime.sleep(3)\nprint('second')",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "first");
     assert!(
@@ -366,7 +336,7 @@ fn shell_quote(arg: &str) -> String {
 fn a_terminal_is_shown_control_characters_not_sent_them() {
     // The compiled guest must be in the cache already: a first-run notice would style the terminal.
     common::sandbox();
-    let bin = shell_quote(env!("CARGO_BIN_EXE_sandbox-run"));
+    let bin = shell_quote(SANDBOX_RUN);
     let command = format!(
         "{bin} --allow sys -c {}; {bin} -c {}",
         shell_quote(TERMINAL_ATTACK),
@@ -429,21 +399,17 @@ fn piped_output_is_byte_exact() {
 /// replacement quietly. This compiles the guest once (tens of seconds).
 #[test]
 fn a_planted_cache_entry_is_refused_with_a_warning_and_replaced() {
-    // The entry this build uses: the shared cache may also hold entries of older builds.
+    // The entry this build uses (the shared cache may also hold other builds' entries).
     let entry = match common::sandbox().prepared() {
-        safe_python_executor::Prepared::Loaded(p) | safe_python_executor::Prepared::Compiled(p) => {
-            p.clone()
-        }
+        Prepared::Loaded(entry) | Prepared::Compiled(entry) => entry,
         other => panic!("the shared cache holds no compiled guest: {other:?}"),
     };
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-planted-cache");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let planted = dir.join(entry.file_name().unwrap());
-    std::fs::copy(&entry, &planted).unwrap();
+    let dir = common::temp_dir("cli-planted-cache");
+    let planted = dir.path().join(entry.file_name().unwrap());
+    std::fs::copy(entry, &planted).unwrap();
     let run = || {
-        Command::new(env!("CARGO_BIN_EXE_sandbox-run"))
-            .args(["--cache-dir", dir.to_str().unwrap(), "-c", "6 * 7"])
+        Command::new(SANDBOX_RUN)
+            .args(["--cache-dir", dir.path().to_str().unwrap(), "-c", "6 * 7"])
             .output()
             .unwrap()
     };
@@ -459,5 +425,4 @@ fn a_planted_cache_entry_is_refused_with_a_warning_and_replaced() {
     let o = run();
     assert_status(&o, 0);
     assert_eq!(stderr(&o), "", "the replacement was not loaded quietly");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,6 +11,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::raw::Raw;
+use serde_json::json;
 
 /// How long a server with nothing in flight may take to notice and exit. Generous: this tells
 /// "exits" from "hangs", it does not measure speed.
@@ -44,7 +45,7 @@ fn stdin_closed_right_after_initialize() {
 fn stdin_closed_while_idle_after_a_call() {
     let mut raw = Raw::start();
     raw.initialize();
-    raw.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"6 * 7"}}}"#);
+    raw.run_python(2, json!({"code": "6 * 7"}), None);
     assert_eq!(
         raw.response(2)["result"]["structuredContent"]["result"],
         "42"
@@ -61,7 +62,11 @@ fn signal_during_a_run(signal: libc::c_int) {
         &["--timeout", "60", "--fuel", "10000000000000"],
     );
     raw.initialize();
-    raw.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"print('running', flush=True)\nwhile True: pass"},"_meta":{"progressToken":"p"}}}"#);
+    raw.run_python(
+        2,
+        json!({"code": "print('running', flush=True)\nwhile True: pass"}),
+        Some("p"),
+    );
     // The run has started once its first output arrives.
     raw.message(|v| {
         v["method"] == "notifications/progress"

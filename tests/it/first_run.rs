@@ -1,15 +1,16 @@
 //! What `sandbox-run` says on its first run, with a cold cache, when stderr is not a terminal.
 
+use crate::common;
+
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 #[test]
 fn a_cold_cache_is_announced_in_plain_lines_naming_the_cache() {
-    let cold = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("first-run-cold-cache");
-    let _ = std::fs::remove_dir_all(&cold);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sandbox-run"))
-        .args(["-c", "print(1)"])
-        .env("SAFE_PYTHON_CACHE_DIR", &cold)
+    let cold = common::temp_dir("first-run-cold-cache");
+    let cold = cold.path();
+    let mut child = common::spawn::sandbox_run(&["-c", "print(1)"])
+        .env("SAFE_PYTHON_CACHE_DIR", cold)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

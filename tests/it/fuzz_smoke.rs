@@ -4,13 +4,14 @@
 //! seeds also have their expected outcomes checked here.
 
 #[path = "../../fuzz/src/lib.rs"]
-mod targets;
+pub mod targets;
 
 use crate::common;
 
 use std::path::Path;
 
 use safe_python_executor::{Limit, Outcome, RunResult};
+use serde_json::json;
 
 /// The committed seeds of one target, by file name.
 fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
@@ -90,6 +91,32 @@ fn replay(name: &str, count: usize, mut target: impl FnMut(&[u8])) {
 #[test]
 fn run_python_args() {
     replay("run_python_args", 5_000, targets::run_python_args);
+}
+
+/// The oracle reads the real schema: it knows every argument, their types, and that nothing else
+/// is an argument.
+#[test]
+fn the_argument_oracle_reads_the_tools_schema() {
+    let schema = targets::run_python_schema();
+    let conforms = |v: serde_json::Value| targets::conforms(&schema, v.as_object().unwrap());
+    assert!(conforms(json!({"code": "1"})));
+    assert!(conforms(
+        json!({"code": "1", "session": "anything", "reset": true})
+    ));
+    assert!(conforms(
+        json!({"code": "1", "session": null, "reset": false})
+    ));
+    for refused in [
+        json!({}),
+        json!({"session": "new"}),
+        json!({"code": 1}),
+        json!({"code": "1", "session": 5}),
+        json!({"code": "1", "reset": "yes"}),
+        json!({"code": "1", "reset": null}),
+        json!({"code": "1", "source": "1"}),
+    ] {
+        assert!(!conforms(refused.clone()), "{refused}");
+    }
 }
 
 #[test]

@@ -6,22 +6,24 @@
 
 use crate::common;
 
-use std::process::Command as StdCommand;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientRequest, LoggingLevel,
-    LoggingMessageNotificationParam, ProgressNotificationParam, Request, SetLevelRequestParams,
+    CallToolRequestParams, LoggingLevel, LoggingMessageNotificationParam,
+    ProgressNotificationParam, SetLevelRequestParams,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
-use rmcp::transport::TokioChildProcess;
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::service::NotificationContext;
+use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Value, json};
 
+use common::client::{
+    cancel_after, new_session, refused, run_python, run_python_with, session_call, structured, text,
+};
 use common::raw::Raw;
+use common::spawn::mcp_server;
 
-const BIN: &str = env!("CARGO_BIN_EXE_safe-python-mcp");
+use crate::fuzz_smoke::targets;
 
 /// Records progress notifications with the time they arrived, and log messages.
 #[derive(Clone, Default)]
@@ -48,25 +50,12 @@ impl ClientHandler for Recorder {
     }
 }
 
-type Client = RunningService<RoleClient, Recorder>;
+type Client = common::client::Client<Recorder>;
 
-fn server_command(args: &[&str]) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(BIN);
-    command
-        .args(args)
-        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
-        .env("SAFE_PYTHON_LOG", "warn");
-    command
-}
-
+/// A server with `args`, and what its client was sent.
 async fn connect(args: &[&str]) -> (Client, Recorder) {
     let recorder = Recorder::default();
-    let transport = TokioChildProcess::new(server_command(args)).expect("the server starts");
-    let client = recorder
-        .clone()
-        .serve(transport)
-        .await
-        .expect("initialize succeeds");
+    let client = common::client::connect(recorder.clone(), mcp_server(args)).await;
     (client, recorder)
 }
 
@@ -75,24 +64,9 @@ async fn warm_up(client: &Client) {
     client.call_tool(call("None")).await.expect("a first call");
 }
 
+/// `code` as a fresh `run_python` call.
 fn call(code: &str) -> CallToolRequestParams {
-    CallToolRequestParams::new("run_python")
-        .with_arguments(json!({ "code": code }).as_object().unwrap().clone())
-}
-
-fn structured(result: &CallToolResult) -> &Value {
-    result
-        .structured_content
-        .as_ref()
-        .expect("structured content")
-}
-
-fn text(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect()
+    run_python(code, None)
 }
 
 #[tokio::test]
@@ -110,6 +84,13 @@ async fn tools_list_describes_run_python_with_its_schemas() {
         "{input}"
     );
     assert!(input["properties"]["reset"].is_object(), "{input}");
+    // The fuzz oracle for the arguments (fuzz/src/lib.rs) reads the schema from the type: it is
+    // the one clients are given.
+    assert_eq!(
+        tool.input_schema,
+        targets::run_python_schema(),
+        "the tool's input schema is not its arguments' type's"
+    );
     let output =
         serde_json::to_value(tool.output_schema.as_deref().expect("an output schema")).unwrap();
     for field in [
@@ -262,15 +243,12 @@ async fn cancellation_stops_the_run_and_frees_its_slot() {
     ])
     .await;
     warm_up(&client).await;
-    let handle = client
-        .send_cancellable_request(
-            ClientRequest::CallToolRequest(Request::new(call("while True: pass"))),
-            PeerRequestOptions::no_options(),
-        )
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    handle.cancel(Some("test".into())).await.unwrap();
+    cancel_after(
+        &client,
+        call("while True: pass"),
+        Duration::from_millis(500),
+    )
+    .await;
     // With one worker, this only runs once the cancelled run has let go of it.
     let started = Instant::now();
     let next = client.call_tool(call("'free'")).await.unwrap();
@@ -336,10 +314,8 @@ async fn bad_arguments_get_errors_not_crashes() {
         CallToolRequestParams::new("no_such_tool")
             .with_arguments(json!({"code": "1"}).as_object().unwrap().clone()),
         CallToolRequestParams::new("run_python"),
-        CallToolRequestParams::new("run_python")
-            .with_arguments(json!({"code": 5}).as_object().unwrap().clone()),
-        CallToolRequestParams::new("run_python")
-            .with_arguments(json!({"source": "1"}).as_object().unwrap().clone()),
+        run_python_with(json!({"code": 5})),
+        run_python_with(json!({"source": "1"})),
     ];
     for params in bad {
         let name = params.name.clone();
@@ -370,10 +346,8 @@ async fn bad_arguments_get_errors_not_crashes() {
 #[test]
 fn initialize_and_tools_list_answer_at_once_even_on_a_cold_cache() {
     // An empty cache: the server is compiling the guest in the background meanwhile.
-    let cold = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("cold-cache-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&cold);
-    let mut raw = Raw::start_with(&cold, &[]);
+    let cold = common::temp_dir("cold-cache");
+    let mut raw = Raw::start_with(cold.path(), &[]);
     let started = Instant::now();
     raw.initialize();
     raw.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
@@ -383,8 +357,6 @@ fn initialize_and_tools_list_answer_at_once_even_on_a_cold_cache() {
         "took {:?}",
         started.elapsed()
     );
-    drop(raw);
-    let _ = std::fs::remove_dir_all(&cold);
 }
 
 #[test]
@@ -397,7 +369,7 @@ fn malformed_json_and_unknown_methods_do_not_kill_the_server() {
         raw.response(7)["error"]["code"].is_i64(),
         "an error for the unknown method"
     );
-    raw.send(r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"print(1)"}}}"#);
+    raw.run_python(8, json!({"code": "print(1)"}), None);
     assert_eq!(
         raw.response(8)["result"]["structuredContent"]["stdout"],
         "1\n"
@@ -408,7 +380,7 @@ fn malformed_json_and_unknown_methods_do_not_kill_the_server() {
 fn a_client_that_disconnects_mid_run_lets_the_server_exit() {
     let mut raw = Raw::start();
     raw.initialize();
-    raw.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"while True: pass"}}}"#);
+    raw.run_python(3, json!({"code": "while True: pass"}), None);
     std::thread::sleep(Duration::from_millis(300));
     raw.close_stdin();
     // rmcp gives in-flight calls 5 s to finish after the client goes away, then cancels them.
@@ -420,11 +392,7 @@ fn a_client_that_disconnects_mid_run_lets_the_server_exit() {
 
 #[test]
 fn check_runs_a_self_test() {
-    let out = StdCommand::new(BIN)
-        .arg("--check")
-        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
-        .output()
-        .unwrap();
+    let out = mcp_server(&["--check"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -441,32 +409,7 @@ fn check_runs_a_self_test() {
 // Sessions, over MCP from the real client. The attacks on them are in tests/adversarial.rs.
 
 fn in_session(session: &str, code: &str) -> CallToolRequestParams {
-    CallToolRequestParams::new("run_python").with_arguments(
-        json!({ "code": code, "session": session })
-            .as_object()
-            .unwrap()
-            .clone(),
-    )
-}
-
-/// Runs `code` in `session` and returns the structured reply.
-async fn session_call(client: &Client, session: &str, code: &str) -> Value {
-    structured(&client.call_tool(in_session(session, code)).await.unwrap()).clone()
-}
-
-/// Starts a session with `code`, and returns its handle.
-async fn new_session(client: &Client, code: &str) -> String {
-    let v = session_call(client, "new", code).await;
-    assert_eq!(v["session"]["started"], "new", "{v}");
-    v["session"]["id"].as_str().expect("a handle").to_owned()
-}
-
-/// Calls `code` in `session`, which must be refused with a tool error; returns its text.
-async fn refused(client: &Client, session: &str) -> String {
-    let reply = client.call_tool(in_session(session, "1")).await.unwrap();
-    assert_eq!(reply.is_error, Some(true), "{reply:?}");
-    assert!(reply.structured_content.is_none(), "{reply:?}");
-    text(&reply)
+    run_python(code, Some(session))
 }
 
 #[tokio::test]
@@ -512,14 +455,9 @@ async fn sessions_keep_state_between_calls_and_apart_from_each_other() {
     assert_eq!(session_call(&client, &a, "y").await["result"], "1");
 
     let reset = client
-        .call_tool(
-            CallToolRequestParams::new("run_python").with_arguments(
-                json!({"code": "'x' in globals()", "session": a, "reset": true})
-                    .as_object()
-                    .unwrap()
-                    .clone(),
-            ),
-        )
+        .call_tool(run_python_with(
+            json!({"code": "'x' in globals()", "session": a, "reset": true}),
+        ))
         .await
         .unwrap();
     assert_eq!(structured(&reset)["result"], "False");
@@ -665,15 +603,8 @@ async fn calls_to_one_session_queue_while_other_sessions_run_alongside() {
 async fn a_cancelled_session_call_is_undone() {
     let (client, _) = connect(&["--timeout", "60", "--fuel", "10000000000000"]).await;
     let c = new_session(&client, "x = 41").await;
-    let handle = client
-        .send_cancellable_request(
-            ClientRequest::CallToolRequest(Request::new(in_session(&c, "x = 0\nwhile True: pass"))),
-            PeerRequestOptions::no_options(),
-        )
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    handle.cancel(Some("test".into())).await.unwrap();
+    let endless = in_session(&c, "x = 0\nwhile True: pass");
+    cancel_after(&client, endless, Duration::from_millis(500)).await;
     assert_eq!(session_call(&client, &c, "x + 1").await["result"], "42");
     client.cancel().await.unwrap();
 }
@@ -689,10 +620,7 @@ async fn bad_session_arguments_are_refused() {
     ];
     for args in bad {
         let err = client
-            .call_tool(
-                CallToolRequestParams::new("run_python")
-                    .with_arguments(args.as_object().unwrap().clone()),
-            )
+            .call_tool(run_python_with(args.clone()))
             .await
             .expect_err("a JSON-RPC error");
         assert!(
@@ -767,17 +695,8 @@ async fn a_notification_storm_is_coalesced_and_bounded() {
 async fn a_cancelled_call_sends_no_more_notifications() {
     let (client, recorder) = connect(&["--timeout", "60", "--fuel", "10000000000000"]).await;
     warm_up(&client).await;
-    let handle = client
-        .send_cancellable_request(
-            ClientRequest::CallToolRequest(Request::new(call(
-                "import time\nwhile True:\n    print('tick' * 100)\n    time.sleep(0.005)",
-            ))),
-            PeerRequestOptions::no_options(),
-        )
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    handle.cancel(Some("test".into())).await.unwrap();
+    let ticking = call("import time\nwhile True:\n    print('tick' * 100)\n    time.sleep(0.005)");
+    cancel_after(&client, ticking, Duration::from_millis(1000)).await;
     // What was in flight when the cancellation went out has arrived by now.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (at_cancel, ..) = notifications(&recorder);

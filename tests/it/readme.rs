@@ -10,7 +10,7 @@ use std::process::Command;
 fn readme_examples_print_what_the_readme_shows() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_sandbox-run"))
+    let bin_dir = std::path::Path::new(common::spawn::SANDBOX_RUN)
         .parent()
         .unwrap();
     let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());

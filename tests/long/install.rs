@@ -579,9 +579,8 @@ fn mcpb_cli() -> PathBuf {
 #[test]
 fn the_bundle_validates_fits_smitherys_limit_and_starts_the_server() {
     let mcpb = mcpb_cli();
-    let work = target_dir().join("mcpb-test");
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).unwrap();
+    let work = common::temp_dir("mcpb-test");
+    let work = work.path();
 
     // The validator is real: it refuses a broken manifest.
     let mut broken = bundle_manifest();

@@ -11,11 +11,9 @@ use crate::common;
 
 use std::sync::Arc;
 
+use common::client::{Client, run_python, structured, transport};
+use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
-use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
-use rmcp::{RoleClient, ServiceExt};
-use serde_json::json;
 
 const SEQUENTIAL: usize = 2_000;
 const CONCURRENT: usize = 200;
@@ -55,25 +53,17 @@ fn usage(pid: u32) -> Usage {
 }
 
 fn call(i: usize) -> CallToolRequestParams {
-    CallToolRequestParams::new("run_python").with_arguments(
-        json!({ "code": format!("x = [str(n) for n in range(100)]\n{i} * 2") })
-            .as_object()
-            .unwrap()
-            .clone(),
-    )
+    run_python(&format!("x = [str(n) for n in range(100)]\n{i} * 2"), None)
 }
 
-async fn sequential(client: &RunningService<RoleClient, ()>, calls: std::ops::Range<usize>) {
+async fn sequential(client: &Client, calls: std::ops::Range<usize>) {
     for i in calls {
         let r = client.call_tool(call(i)).await.expect("a call");
-        assert_eq!(
-            r.structured_content.as_ref().unwrap()["result"],
-            (i * 2).to_string()
-        );
+        assert_eq!(structured(&r)["result"], (i * 2).to_string());
     }
 }
 
-async fn concurrent(client: &Arc<RunningService<RoleClient, ()>>, calls: std::ops::Range<usize>) {
+async fn concurrent(client: &Arc<Client>, calls: std::ops::Range<usize>) {
     let tasks: Vec<_> = calls
         .map(|i| {
             let client = client.clone();
@@ -83,7 +73,7 @@ async fn concurrent(client: &Arc<RunningService<RoleClient, ()>>, calls: std::op
     for task in tasks {
         let (i, r) = task.await.unwrap();
         assert_eq!(
-            r.expect("a call").structured_content.as_ref().unwrap()["result"],
+            structured(&r.expect("a call"))["result"],
             (i * 2).to_string()
         );
     }
@@ -91,12 +81,7 @@ async fn concurrent(client: &Arc<RunningService<RoleClient, ()>>, calls: std::op
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_calls_leak_no_memory_threads_or_fds() {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_safe-python-mcp"));
-    command
-        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
-        .env("SAFE_PYTHON_LOG", "warn")
-        .args(["--workers", "4"]);
-    let transport = TokioChildProcess::new(command).unwrap();
+    let transport = transport(common::spawn::mcp_server(&["--workers", "4"]));
     let pid = transport.id().expect("the server's pid");
     let client = Arc::new(().serve(transport).await.expect("the server starts"));
 

@@ -1,10 +1,13 @@
 //! Shared by the integration tests: one sandbox per test binary, its compiled guest cached under
-//! `target/` so that the whole suite compiles the guest once, and [`raw::Raw`], a server spoken to in
-//! raw JSON-RPC lines.
+//! `target/` so that the whole suite compiles the guest once; directories that clean up after
+//! themselves; and the binaries: [`spawn`] starts them, [`client`] speaks to the server as an MCP
+//! client does, [`raw::Raw`] in raw JSON-RPC lines.
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod client;
 pub mod raw;
+pub mod spawn;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -15,6 +18,15 @@ use safe_python_executor::{ImportPolicy, Limits, RunOptions, RunResult, Sandbox,
 /// The compiled-module cache every test (and every binary they spawn) shares.
 pub fn cache_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("module-cache")
+}
+
+/// An empty directory under `target/`, named after `what`, removed with everything in it when the
+/// value is dropped (a failing test included).
+pub fn temp_dir(what: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("{what}-"))
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("a temporary directory")
 }
 
 pub fn sandbox() -> &'static Sandbox {

@@ -3,11 +3,11 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub struct Raw {
     child: Child,
@@ -22,10 +22,8 @@ impl Raw {
     }
 
     pub fn start_with(cache_dir: &Path, args: &[&str]) -> Raw {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_safe-python-mcp"))
-            .args(args)
+        let mut child = super::spawn::mcp_server(args)
             .env("SAFE_PYTHON_CACHE_DIR", cache_dir)
-            .env("SAFE_PYTHON_LOG", "warn")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -53,6 +51,18 @@ impl Raw {
         stdin.write_all(line.as_bytes()).unwrap();
         stdin.write_all(b"\n").unwrap();
         stdin.flush().unwrap();
+    }
+
+    /// Sends request `id`: a `run_python` call with `arguments`, asking for progress notifications
+    /// under `progress_token` if given.
+    pub fn run_python(&mut self, id: u64, arguments: Value, progress_token: Option<&str>) {
+        let mut params = json!({ "name": "run_python", "arguments": arguments });
+        if let Some(token) = progress_token {
+            params["_meta"] = json!({ "progressToken": token });
+        }
+        let request =
+            json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params });
+        self.send(&request.to_string());
     }
 
     /// Closes the server's stdin, as a client that goes away does.
