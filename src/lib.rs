@@ -12,12 +12,16 @@
 //! (`mcp`), sharing `flags`. Without them the crate is the library alone.
 
 pub mod cache;
+#[cfg(feature = "cli")]
 pub mod cli;
 mod embedded;
 pub mod engine;
+#[cfg(feature = "cli")]
 pub mod first_run;
+#[cfg(any(feature = "cli", feature = "mcp"))]
 pub mod flags;
 pub mod limits;
+#[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod outcome;
 pub mod output;
