@@ -127,38 +127,22 @@ pub struct RunReport {
     /// there is none or it is None.
     pub result: Option<String>,
     /// The uncaught exception, if any.
-    pub error: Option<ErrorReport>,
+    pub error: Option<PythonError>,
     /// The limit that stopped the code, if any.
     pub limit: Option<Limit>,
     /// Resources used.
     pub stats: Stats,
 }
 
-/// An exception in [`RunReport`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-pub struct ErrorReport {
-    /// Exception class name, e.g. `ZeroDivisionError`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// `str()` of the exception.
-    pub message: String,
-    /// The formatted traceback.
-    pub traceback: String,
-}
-
 impl RunResult {
     pub fn report(&self) -> RunReport {
         let error = match &self.outcome {
-            Outcome::Trapped { message } => Some(ErrorReport {
+            Outcome::Trapped { message } => Some(PythonError {
                 kind: "SandboxTrap".into(),
                 message: message.clone(),
                 traceback: String::new(),
             }),
-            _ => self.error().map(|e| ErrorReport {
-                kind: e.kind.clone(),
-                message: e.message.clone(),
-                traceback: e.traceback.clone(),
-            }),
+            _ => self.error().cloned(),
         };
         RunReport {
             stdout: self.stdout.clone(),
