@@ -125,7 +125,6 @@ impl PythonServer {
                     ),
                     None => tracing::info!("compiling the Python sandbox (no cache directory)"),
                 })),
-                ..SandboxOptions::default()
             };
             let sandbox = Sandbox::new(options).map_err(|e| format!("{e:#}"));
             match &sandbox {
@@ -376,7 +375,6 @@ async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
                 eprintln!("safe-python-mcp: caching it at {}", p.display());
             }
         })),
-        ..SandboxOptions::default()
     })?;
     let mut options = flags.run_options();
     type Check = (&'static str, &'static str, fn(&RunResult) -> bool);

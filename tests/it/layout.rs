@@ -106,6 +106,38 @@ fn graph(sources: &[Source]) -> BTreeMap<String, BTreeSet<String>> {
     graph
 }
 
+/// A rule on what a module may import.
+struct Rule {
+    says: &'static str,
+    /// Whether the rule is about this top-level module.
+    applies: fn(&str) -> bool,
+    /// The modules it must not import; empty for "none of ours".
+    forbidden: &'static [&'static str],
+}
+
+const RULES: [Rule; 4] = [
+    Rule {
+        says: "the core imports no front end",
+        applies: |m| !FRONT_ENDS.contains(&m) && m != "bin" && m != "lib",
+        forbidden: FRONT_ENDS,
+    },
+    Rule {
+        says: "the budget and the import policy import nothing of ours",
+        applies: |m| m == "limits" || m == "policy",
+        forbidden: &[],
+    },
+    Rule {
+        says: "how a call ended is told without the sandbox or sessions",
+        applies: |m| m == "outcome",
+        forbidden: &["sandbox", "session", "sessions"],
+    },
+    Rule {
+        says: "the sandbox knows nothing of sessions",
+        applies: |m| m == "sandbox",
+        forbidden: &["session", "sessions"],
+    },
+];
+
 /// Every way the sources break the plan, one sentence each.
 fn violations(sources: &[Source]) -> Vec<String> {
     let mut found = Vec::new();
@@ -126,36 +158,14 @@ fn violations(sources: &[Source]) -> Vec<String> {
         }
     }
     let graph = graph(sources);
-    let rules: [(&str, &dyn Fn(&str) -> bool, &[&str]); 4] = [
-        (
-            "the core imports no front end",
-            &|m| !FRONT_ENDS.contains(&m) && m != "bin" && m != "lib",
-            FRONT_ENDS,
-        ),
-        (
-            "the budget and the import policy import nothing of ours",
-            &|m| m == "limits" || m == "policy",
-            &[],
-        ),
-        (
-            "how a call ended is told without the sandbox or sessions",
-            &|m| m == "outcome",
-            &["sandbox", "session", "sessions"],
-        ),
-        (
-            "the sandbox knows nothing of sessions",
-            &|m| m == "sandbox",
-            &["session", "sessions"],
-        ),
-    ];
-    for (rule, applies, forbidden) in rules {
-        for (module, used) in graph.iter().filter(|(m, _)| applies(m)) {
+    for rule in RULES {
+        for (module, used) in graph.iter().filter(|(m, _)| (rule.applies)(m)) {
             let bad: Vec<&String> = used
                 .iter()
-                .filter(|u| forbidden.is_empty() || forbidden.contains(&u.as_str()))
+                .filter(|u| rule.forbidden.is_empty() || rule.forbidden.contains(&u.as_str()))
                 .collect();
             if !bad.is_empty() {
-                found.push(format!("{rule}, but `{module}` imports {bad:?}"));
+                found.push(format!("{}, but `{module}` imports {bad:?}", rule.says));
             }
         }
     }
