@@ -147,7 +147,6 @@ fn open_sandbox(flags: &SandboxFlags) -> anyhow::Result<Sandbox> {
     let sandbox = Sandbox::new(SandboxOptions {
         cache_dir: flags.cache_dir.clone(),
         on_compile: Some(notice.on_compile()),
-        ..SandboxOptions::default()
     });
     notice.finish(sandbox.as_ref().ok().map(Sandbox::prepared));
     Ok(sandbox?)

@@ -1,15 +1,16 @@
-//! The wasmtime engine: its configuration and the epoch ticker behind wall-clock limits.
+//! The wasmtime engine: its configuration and the epoch ticker that makes a running guest yield.
 //!
 //! Engine-wide switches live here (fuel metering, epoch interruption, async execution); the budget
 //! of one run is set on its `Store` in [`crate::sandbox`]. One engine serves every run of a process.
+//! The ticker enforces no limit itself: at each tick the guest yields to the async executor, which
+//! is what lets a run's timeout (a timer around the call) or its cancellation take effect.
 
 use std::thread;
 use std::time::Duration;
 
 use wasmtime::{Config, Engine, OptLevel};
 
-/// How often the epoch advances. A running guest yields to the async executor at each tick, which
-/// is what lets a timeout or a cancellation take effect; it bounds how late they can be.
+/// How often the epoch advances: it bounds how late a timeout or a cancellation can take effect.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// Wasm stack for the guest (wasmtime's default). Python recursion ends as a clean

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::CACHE_DIR_ENV;
-use crate::limits::{ImportPolicy, Limits, validate_module_name};
+use crate::limits::Limits;
+use crate::policy::{ImportPolicy, validate_module_name};
 use crate::sandbox::RunOptions;
 
 /// Limits, allowed modules and the cache directory.

@@ -1,28 +1,39 @@
 //! safe-python-executor: run untrusted Python in RustPython compiled to WebAssembly, inside
 //! wasmtime, with hard limits on time, instructions, memory and output.
 //!
-//! The data path: [`limits`] (what a run may use) → [`engine`] + [`cache`] (wasmtime and the
-//! compiled guest) → [`sandbox`] (one run: store, host functions, classification) → [`outcome`]
-//! (how it ended). [`cli`] is the `sandbox-run` front end.
+//! The data path, each module using only those before it:
+//! [`limits`] (what a run may use) and [`policy`] (what it may import) → [`engine`] (wasmtime's
+//! configuration and epoch ticker) + `embedded` (the guest artifact) + [`cache`] (the compiled
+//! guest on disk) → [`sandbox`] (loading and linking; the host side of the protocol; one instance
+//! and its call) → [`outcome`] (how a call ended, and bounding what it hands back) + [`output`]
+//! (the captured streams) → [`session`] (an instance kept across calls, with rollback).
+//!
+//! The front ends sit behind default cargo features: `sandbox-run` (`cli`) and `safe-python-mcp`
+//! (`mcp`), sharing `flags`. Without them the crate is the library alone.
 
 pub mod cache;
+#[cfg(feature = "cli")]
 pub mod cli;
+mod embedded;
 pub mod engine;
+#[cfg(feature = "cli")]
 pub mod first_run;
+#[cfg(any(feature = "cli", feature = "mcp"))]
 pub mod flags;
-mod guest;
 pub mod limits;
+#[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod outcome;
 pub mod output;
-mod pagemap;
+pub mod policy;
 pub mod sandbox;
 pub mod session;
 pub mod sessions;
 
 pub use cache::Prepared;
-pub use limits::{ImportPolicy, Limits};
+pub use limits::Limits;
 pub use outcome::{Limit, Outcome, PythonError, RunResult, Stats};
 pub use output::{OutputObserver, Stream};
+pub use policy::ImportPolicy;
 pub use sandbox::{RunOptions, Sandbox, SandboxError, SandboxOptions};
 pub use session::{Session, SessionRun};

@@ -1,7 +1,7 @@
-//! The per-run budget and the import policy: every knob a caller can turn, with its default.
+//! The per-run budget: every resource a run may use, with its default and unit.
 //!
 //! The CLI flags and the MCP server's options both map into [`Limits`], so the two front ends can
-//! never disagree about a default or a unit.
+//! never disagree about a default or a unit. What code may import is [`crate::policy`]'s.
 
 use std::time::Duration;
 
@@ -39,113 +39,5 @@ impl Default for Limits {
             memory_bytes: Self::DEFAULT_MEMORY_BYTES,
             max_output_bytes: Self::DEFAULT_MAX_OUTPUT_BYTES,
         }
-    }
-}
-
-/// Which modules user code may import. The standard library's own internal imports are not
-/// policed. This is policy, not the security boundary: the WebAssembly sandbox is (see README).
-///
-/// The guest asks about the module an import hands to user code: `import a.b` binds `a`, so it
-/// asks about `a`; `from a.b import x` returns `a.b`, so it asks about `a.b`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImportPolicy {
-    allowed: Vec<String>,
-}
-
-impl ImportPolicy {
-    /// The Python seed server's allowlist.
-    pub const DEFAULT_ALLOWED: &'static [&'static str] = &[
-        "collections",
-        "datetime",
-        "itertools",
-        "math",
-        "queue",
-        "random",
-        "re",
-        "stat",
-        "statistics",
-        "time",
-        "unicodedata",
-    ];
-
-    /// The default allowlist plus `extra` (top-level or dotted module names).
-    pub fn with_extra<S: AsRef<str>>(extra: impl IntoIterator<Item = S>) -> Self {
-        let mut allowed: Vec<String> = Self::DEFAULT_ALLOWED
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        for name in extra {
-            let name = name.as_ref().trim();
-            if !name.is_empty() && !allowed.iter().any(|a| a == name) {
-                allowed.push(name.to_owned());
-            }
-        }
-        allowed.sort();
-        ImportPolicy { allowed }
-    }
-
-    /// `name` is allowed when it, or a package it is inside, is on the list: allowing `collections`
-    /// allows `collections.abc`, while allowing `os.path` does not allow `os`.
-    pub fn allows(&self, name: &str) -> bool {
-        self.allowed.iter().any(|a| {
-            name == a
-                || (name.len() > a.len()
-                    && name.starts_with(a.as_str())
-                    && name.as_bytes()[a.len()] == b'.')
-        })
-    }
-
-    pub fn allowed(&self) -> &[String] {
-        &self.allowed
-    }
-}
-
-impl Default for ImportPolicy {
-    fn default() -> Self {
-        Self::with_extra(std::iter::empty::<&str>())
-    }
-}
-
-/// Checks a module name given on a command line or in a configuration.
-pub fn validate_module_name(name: &str) -> Result<(), String> {
-    if safe_python_protocol::is_module_name(name) {
-        Ok(())
-    } else {
-        Err(format!("'{name}' is not a Python module name"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn submodules_of_allowed_packages_are_allowed() {
-        let policy = ImportPolicy::with_extra(["os.path"]);
-        assert!(policy.allows("collections"));
-        assert!(policy.allows("collections.abc"));
-        assert!(!policy.allows("collectionsx"));
-        assert!(policy.allows("os.path"));
-        assert!(!policy.allows("os"));
-        assert!(!policy.allows("subprocess"));
-    }
-
-    #[test]
-    fn extra_modules_are_added_once_and_sorted() {
-        let policy = ImportPolicy::with_extra(["json", "math", " json "]);
-        assert_eq!(policy.allowed().iter().filter(|a| *a == "json").count(), 1);
-        assert!(policy.allowed().windows(2).all(|w| w[0] < w[1]));
-    }
-
-    #[test]
-    fn module_names_are_validated() {
-        assert!(validate_module_name("json").is_ok());
-        assert!(validate_module_name("os.path").is_ok());
-        assert!(validate_module_name("").is_err());
-        assert!(validate_module_name("a..b").is_err());
-        assert!(validate_module_name("1abc").is_err());
-        assert!(validate_module_name("os;rm").is_err());
-        assert!(validate_module_name(&"a".repeat(5000)).is_err());
-        assert!(validate_module_name("os\0").is_err());
     }
 }

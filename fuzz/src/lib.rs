@@ -176,7 +176,7 @@ pub fn run_python_args(data: &[u8]) {
 
 /// The guest's report: whatever the bytes, an outcome; a report that parses is never a guest fault.
 pub fn decode_report(data: &[u8]) {
-    let outcome = safe_python_executor::sandbox::decode_report(data);
+    let outcome = safe_python_executor::outcome::decode_report(data);
     let parsed = serde_json::from_slice::<Report>(data).is_ok();
     assert_eq!(
         parsed,

@@ -47,10 +47,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Version of this ABI. Bump it, and [`IMPORT_MODULE`] with it, on any incompatible change.
-pub const VERSION: u32 = 3;
-
-/// The wasm import module that holds the host functions of this protocol version.
+/// The wasm import module that holds the host functions of this protocol version (3). Bump the
+/// version in its name on any incompatible change.
 pub const IMPORT_MODULE: &str = "safe_python_v3";
 
 /// Names of the functions the host provides in [`IMPORT_MODULE`].
@@ -132,8 +130,10 @@ pub struct Report {
     pub error: Option<PythonError>,
 }
 
-/// An exception raised by user code and not caught by it.
+/// An exception raised by user code and not caught by it. The host hands it on as it is, in its
+/// results and (with the `schemars` feature) in their JSON schema.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct PythonError {
     /// The exception class name, e.g. `ZeroDivisionError`.
     #[serde(rename = "type")]

@@ -20,7 +20,6 @@ pub(super) async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
                 eprintln!("safe-python-mcp: caching it at {}", p.display());
             }
         })),
-        ..SandboxOptions::default()
     })?;
     let mut options = flags.run_options();
     type Check = (&'static str, &'static str, fn(&RunResult) -> bool);

@@ -49,7 +49,6 @@ impl PythonServer {
                     ),
                     None => tracing::info!("compiling the Python sandbox (no cache directory)"),
                 })),
-                ..SandboxOptions::default()
             };
             let sandbox = Sandbox::new(options).map_err(|e| format!("{e:#}"));
             match &sandbox {

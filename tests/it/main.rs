@@ -12,6 +12,7 @@ mod cli;
 mod faults;
 mod first_run;
 mod fuzz_smoke;
+mod layout;
 mod limits;
 mod mcp;
 mod readme;

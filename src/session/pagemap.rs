@@ -2,7 +2,7 @@
 //!
 //! wasmtime maps an instance's initial memory copy-on-write from the compiled module's image. A
 //! page the instance never wrote is still that image (or zero, past it), so a session snapshot
-//! ([`crate::session`]) need not read it: the cost of a snapshot then follows what a session
+//! ([`super`]) need not read it: the cost of a snapshot then follows what a session
 //! changed, not how large its memory is. Where the kernel cannot tell, every page counts as
 //! written, which is slower and just as correct.
 

@@ -16,9 +16,13 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+mod pagemap;
+mod snapshot;
+
 use crate::outcome::RunResult;
-use crate::pagemap::{self, PAGE};
-use crate::sandbox::{Guest, RunOptions, Sandbox, SandboxError};
+use crate::sandbox::{Instance, RunOptions, Sandbox, SandboxError};
+use pagemap::PAGE;
+use snapshot::Snapshot;
 
 /// A run of code in a session: how it went, and what became of the session.
 #[derive(Debug)]
@@ -35,8 +39,8 @@ pub struct SessionRun {
 pub struct Session {
     sandbox: Sandbox,
     /// A fresh instance never run, whose memory snapshots are taken against.
-    pristine: Arc<Mutex<Guest>>,
-    guest: Guest,
+    pristine: Arc<Mutex<Instance>>,
+    instance: Instance,
     /// Shared only with a rollback in progress, whose thread writes it into the new instance.
     snapshot: Arc<Snapshot>,
     state: State,
@@ -60,7 +64,7 @@ impl Session {
     pub async fn new(sandbox: &Sandbox) -> Result<Session, SandboxError> {
         Ok(Session {
             pristine: sandbox.pristine().await?,
-            guest: Guest::new(sandbox),
+            instance: Instance::new(sandbox),
             sandbox: sandbox.clone(),
             snapshot: Arc::default(),
             state: State::Saved,
@@ -86,7 +90,7 @@ impl Session {
         let filename = format!("<call {}>", self.calls);
         self.state = State::Interrupted;
         let call = self
-            .guest
+            .instance
             .call(&self.sandbox, code, &filename, options)
             .await?;
         let rolled_back = call.broken || call.result.limit().is_some();
@@ -120,7 +124,7 @@ impl Session {
         }
         let started = Instant::now();
         let pristine = self.pristine.lock().unwrap_or_else(PoisonError::into_inner);
-        let (Some(live), Some(base)) = (self.guest.memory(), pristine.memory()) else {
+        let (Some(live), Some(base)) = (self.instance.memory(), pristine.memory()) else {
             // Never instantiated: a fresh instance is the state to go back to.
             self.snapshot = Arc::default();
             self.state = State::Saved;
@@ -146,7 +150,7 @@ impl Session {
     /// until this completes, so a rollback that is dropped midway is done again by the next call.
     async fn restore(&mut self) -> Result<(), SandboxError> {
         let started = Instant::now();
-        let broken = std::mem::replace(&mut self.guest, Guest::new(&self.sandbox));
+        let broken = std::mem::replace(&mut self.instance, Instance::new(&self.sandbox));
         let snapshot = self.snapshot.clone();
         let sandbox = self.sandbox.clone();
         let memory_bytes = self.memory_bytes;
@@ -154,9 +158,9 @@ impl Session {
         let restored = tokio::task::spawn_blocking(move || {
             drop(broken);
             if snapshot.len == 0 {
-                return Ok(Guest::new(&sandbox));
+                return Ok(Instance::new(&sandbox));
             }
-            runtime.block_on(Guest::with_memory(
+            runtime.block_on(Instance::with_memory(
                 &sandbox,
                 memory_bytes,
                 snapshot.len,
@@ -164,8 +168,8 @@ impl Session {
             ))
         })
         .await;
-        self.guest = match restored {
-            Ok(guest) => guest?,
+        self.instance = match restored {
+            Ok(instance) => instance?,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(e) => {
                 let e = wasmtime::Error::msg(format!("the rollback stopped: {e}"));
@@ -193,156 +197,11 @@ impl Session {
     /// The interpreter's linear memory: the session's whole state between calls. `None` before
     /// its first call.
     pub fn memory(&self) -> Option<&[u8]> {
-        self.guest.memory()
+        self.instance.memory()
     }
 
     /// Bytes the session keeps to undo a call: the pages of its snapshot.
     pub fn snapshot_bytes(&self) -> usize {
         self.snapshot.held_bytes()
-    }
-}
-
-static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
-
-/// Pages a snapshot keeps in one allocation, at most. Growing by blocks, rather than doubling one
-/// buffer, keeps a snapshot's memory close to what it holds; and no block is larger than the
-/// memory left from where it starts, so the saved pages never take more than the memory's size.
-const BLOCK_PAGES: usize = 256;
-
-/// A memory at rest, as the pages that differ from a fresh instance's memory (beyond the end of
-/// that, from zero). Most of the interpreter's 29 MiB image never changes, so this stays small.
-#[derive(Debug, Default)]
-struct Snapshot {
-    /// Size of the memory, in bytes; 0 stands for a fresh instance.
-    len: usize,
-    /// Offsets of the saved pages, in the order of `blocks`.
-    offsets: Vec<usize>,
-    /// The saved pages, [`PAGE`] bytes each, [`BLOCK_PAGES`] to a block.
-    blocks: Vec<Vec<u8>>,
-}
-
-impl Snapshot {
-    /// Records `live` against `pristine`. Pages `written` says were not written are skipped:
-    /// they still hold what a fresh instance holds.
-    fn capture(&mut self, live: &[u8], pristine: &[u8], written: Option<&[bool]>) {
-        // Wasm memory grows in 64 KiB pages, so it always divides into whole host pages.
-        debug_assert_eq!(live.len() % PAGE, 0);
-        self.len = live.len();
-        self.offsets.clear();
-        // Blocks are reused from one capture to the next; those left over are freed below.
-        let mut blocks = std::mem::take(&mut self.blocks).into_iter();
-        for (i, page) in live.chunks(PAGE).enumerate() {
-            if written.is_some_and(|w| !w[i]) {
-                continue;
-            }
-            let offset = i * PAGE;
-            let base = pristine
-                .get(offset..offset + page.len())
-                .unwrap_or(&ZERO_PAGE[..page.len()]);
-            if page == base {
-                continue;
-            }
-            if self.blocks.last().is_none_or(|b| b.len() == b.capacity()) {
-                let size = BLOCK_PAGES.min((live.len() - offset) / PAGE) * PAGE;
-                let mut block = blocks.next().unwrap_or_default();
-                block.clear();
-                block.shrink_to(size);
-                block.reserve_exact(size);
-                self.blocks.push(block);
-            }
-            self.offsets.push(offset);
-            self.blocks
-                .last_mut()
-                .expect("a block was pushed")
-                .extend_from_slice(page);
-        }
-        self.offsets.shrink_to(self.offsets.len() * 2);
-    }
-
-    fn pages(&self) -> impl Iterator<Item = (usize, &[u8])> {
-        self.offsets
-            .iter()
-            .copied()
-            .zip(self.blocks.iter().flat_map(|b| b.chunks(PAGE)))
-    }
-
-    /// Bytes held, saved pages and bookkeeping.
-    fn held_bytes(&self) -> usize {
-        self.blocks.iter().map(Vec::capacity).sum::<usize>()
-            + self.offsets.capacity() * size_of::<usize>()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_snapshot_keeps_the_pages_that_differ_and_growth_that_is_not_zero() {
-        let pristine = vec![7u8; 4 * PAGE];
-        let mut live = pristine.clone();
-        live[PAGE + 10] = 1;
-        live.extend_from_slice(&[0u8; 2 * PAGE]);
-        live[5 * PAGE] = 9;
-        let mut snapshot = Snapshot::default();
-        snapshot.capture(&live, &pristine, None);
-        assert_eq!(snapshot.len, 6 * PAGE);
-        assert_eq!(snapshot.offsets, [PAGE, 5 * PAGE]);
-
-        // Writing the pages over the pristine memory, grown with zeros, gives the live memory.
-        let mut rebuilt = pristine.clone();
-        rebuilt.resize(snapshot.len, 0);
-        for (offset, bytes) in snapshot.pages() {
-            rebuilt[offset..offset + bytes.len()].copy_from_slice(bytes);
-        }
-        assert_eq!(rebuilt, live);
-
-        // Pages said not to be written are not even read.
-        let written = [false, false, false, false, false, true];
-        snapshot.capture(&live, &pristine, Some(&written));
-        assert_eq!(snapshot.offsets, [5 * PAGE]);
-
-        snapshot.capture(&pristine, &pristine, None);
-        assert!(snapshot.offsets.is_empty() && snapshot.blocks.is_empty());
-
-        // More pages than a block holds go to further blocks, and come back in order.
-        let many = vec![1u8; (BLOCK_PAGES + 3) * PAGE];
-        snapshot.capture(&many, &pristine, None);
-        assert_eq!(snapshot.blocks.len(), 2);
-        let offsets: Vec<usize> = snapshot.pages().map(|(o, _)| o).collect();
-        assert_eq!(
-            offsets,
-            (0..BLOCK_PAGES + 3).map(|i| i * PAGE).collect::<Vec<_>>()
-        );
-        assert!(snapshot.pages().all(|(_, bytes)| bytes == &many[..PAGE]));
-    }
-
-    #[test]
-    fn a_snapshot_never_holds_more_than_the_memory_it_saves() {
-        let pristine = vec![0u8; PAGE];
-        // Sizes around a block's, and one that leaves a short last block.
-        for pages in [
-            1,
-            BLOCK_PAGES - 1,
-            BLOCK_PAGES,
-            BLOCK_PAGES + 1,
-            2 * BLOCK_PAGES + 44,
-        ] {
-            let mut snapshot = Snapshot::default();
-            // Every page differs, from a larger memory first, then shrinking: reused blocks too.
-            for len in [pages + 300, pages] {
-                let live = vec![1u8; len * PAGE];
-                snapshot.capture(&live, &pristine, None);
-                let pages_held: usize = snapshot.blocks.iter().map(Vec::capacity).sum();
-                assert!(pages_held <= live.len(), "{pages_held} > {}", live.len());
-                assert!(
-                    snapshot.held_bytes() <= live.len() + live.len() / PAGE * 16,
-                    "{} for {} bytes",
-                    snapshot.held_bytes(),
-                    live.len()
-                );
-                assert_eq!(snapshot.pages().count(), len);
-            }
-        }
     }
 }

@@ -1,0 +1,162 @@
+//! How a run ended, as a type: every ending is its own variant, classified from wasmtime's `Trap`
+//! codes and the host's own records, never from message text.
+
+use schemars::JsonSchema;
+use serde::{Serialize, Serializer};
+
+pub use bound::{cut_to, json_len, json_len_char, prefix_within};
+pub use classify::decode_report;
+pub use safe_python_protocol::PythonError;
+
+mod bound;
+pub mod classify;
+
+/// The limit that stopped a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Limit {
+    Timeout,
+    Fuel,
+    Memory,
+    Output,
+    Stack,
+}
+
+impl Limit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Timeout => "timeout",
+            Limit::Fuel => "fuel",
+            Limit::Memory => "memory",
+            Limit::Output => "output",
+            Limit::Stack => "stack",
+        }
+    }
+
+    /// A sentence for people (and models) reading the result.
+    pub fn explain(self) -> &'static str {
+        match self {
+            Limit::Timeout => "The code ran past the wall-clock time limit and was stopped.",
+            Limit::Fuel => "The code used up its instruction budget (fuel) and was stopped.",
+            Limit::Memory => "The code ran out of memory: it reached the sandbox's memory limit.",
+            Limit::Output => {
+                "The code printed more than the output limit; the output was cut and the run stopped."
+            }
+            Limit::Stack => {
+                "The code overflowed the sandbox's stack (recursion too deep) and was stopped."
+            }
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The code ran to the end. `result` is the `repr` of the last expression or final assignment.
+    Completed { result: Option<String> },
+    /// The code raised an exception it did not catch (including `SystemExit`).
+    Raised(PythonError),
+    /// A limit stopped the code. `error` is set when Python got to raise (a `MemoryError`).
+    LimitReached {
+        limit: Limit,
+        error: Option<PythonError>,
+    },
+    /// The guest trapped for a reason that is none of the limits: a bug in the interpreter, not
+    /// something the code is expected to cause. The host survives it like any other outcome.
+    Trapped { message: String },
+}
+
+/// Resources a run used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct Stats {
+    /// Fuel units burnt.
+    pub fuel: u64,
+    /// Wall-clock time of the run, in milliseconds.
+    pub wall_ms: u64,
+    /// Largest linear memory the guest had, in bytes.
+    pub memory_peak_bytes: u64,
+}
+
+/// Everything a run produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunResult {
+    pub outcome: Outcome,
+    /// Everything written to stdout (up to the output limit), lossily decoded as UTF-8.
+    pub stdout: String,
+    pub stderr: String,
+    pub stats: Stats,
+}
+
+impl RunResult {
+    pub fn result(&self) -> Option<&str> {
+        match &self.outcome {
+            Outcome::Completed { result } => result.as_deref(),
+            _ => None,
+        }
+    }
+
+    pub fn error(&self) -> Option<&PythonError> {
+        match &self.outcome {
+            Outcome::Raised(e) | Outcome::LimitReached { error: Some(e), .. } => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn limit(&self) -> Option<Limit> {
+        match self.outcome {
+            Outcome::LimitReached { limit, .. } => Some(limit),
+            _ => None,
+        }
+    }
+
+    /// Whether the code did not run to completion.
+    pub fn is_failure(&self) -> bool {
+        !matches!(self.outcome, Outcome::Completed { .. })
+    }
+}
+
+/// The JSON form of a [`RunResult`]: what `sandbox-run --json` prints and what the MCP tool returns
+/// as structured content. A guest trap shows as an `error` of type `SandboxTrap`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct RunReport {
+    /// Everything the code printed to stdout (cut at the output limit, with a notice).
+    pub stdout: String,
+    /// Everything the code printed to stderr.
+    pub stderr: String,
+    /// `repr()` of the last expression, or of the value a final `x = ...` assigned; null when
+    /// there is none or it is None.
+    pub result: Option<String>,
+    /// The uncaught exception, if any.
+    pub error: Option<PythonError>,
+    /// The limit that stopped the code, if any.
+    pub limit: Option<Limit>,
+    /// Resources used.
+    pub stats: Stats,
+}
+
+impl RunResult {
+    pub fn report(&self) -> RunReport {
+        let error = match &self.outcome {
+            Outcome::Trapped { message } => Some(PythonError {
+                kind: "SandboxTrap".into(),
+                message: message.clone(),
+                traceback: String::new(),
+            }),
+            _ => self.error().cloned(),
+        };
+        RunReport {
+            stdout: self.stdout.clone(),
+            stderr: self.stderr.clone(),
+            result: self.result().map(str::to_owned),
+            error,
+            limit: self.limit(),
+            stats: self.stats,
+        }
+    }
+}
+
+impl Serialize for RunResult {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.report().serialize(serializer)
+    }
+}

@@ -1,0 +1,268 @@
+//! The host side of the guest protocol: the state a store carries, the memory limiter, the linker
+//! functions of `safe-python-protocol` and the WASI calls shadowed here, bounded reads of guest
+//! memory, and the ABI check that refuses a guest built for another protocol version.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use safe_python_protocol as protocol;
+use wasmtime::{Caller, Extern, Linker, Memory, Module, ResourceLimiter, Trap};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
+
+use super::SandboxError;
+use crate::outcome::classify::HostRecords;
+use crate::output::{OutputSink, Stream};
+use crate::policy::ImportPolicy;
+
+pub(crate) struct HostState {
+    pub(super) wasi: WasiP1Ctx,
+    /// Where the guest's stdout and stderr go; [`WasiP1Ctx`] holds its streams.
+    pub(super) sink: OutputSink,
+    pub(super) limiter: MemoryLimiter,
+    pub(super) request: Vec<u8>,
+    pub(super) policy: Arc<ImportPolicy>,
+    /// When the current call's time is up, for host functions that run long.
+    pub(super) deadline: Instant,
+    pub(super) report: Option<Vec<u8>>,
+    /// The largest report this call accepts ([`protocol::report_limit`] of its request).
+    pub(super) report_limit: u32,
+    /// The size of a report over `report_limit`, which was not read.
+    pub(super) report_too_large: Option<u32>,
+    /// Set when the guest broke the protocol; the run then ends as a trap.
+    pub(super) protocol_fault: Option<String>,
+}
+
+impl HostState {
+    pub(super) fn new() -> HostState {
+        let sink = OutputSink::default();
+        let wasi = WasiCtxBuilder::new()
+            .stdout(sink.stream(Stream::Stdout))
+            .stderr(sink.stream(Stream::Stderr))
+            .build_p1();
+        HostState {
+            wasi,
+            sink,
+            limiter: MemoryLimiter::default(),
+            request: Vec::new(),
+            policy: Arc::default(),
+            deadline: Instant::now(),
+            report: None,
+            report_limit: protocol::MAX_REPORT_BYTES,
+            report_too_large: None,
+            protocol_fault: None,
+        }
+    }
+
+    /// What this call's host functions recorded, for [`crate::outcome::classify`].
+    pub(super) fn records(&self) -> HostRecords<'_> {
+        HostRecords {
+            report: self.report.as_deref(),
+            report_limit: self.report_limit,
+            report_too_large: self.report_too_large,
+            protocol_fault: self.protocol_fault.as_deref(),
+            memory_denied: self.limiter.denied,
+        }
+    }
+}
+
+/// Refuses a guest built for another protocol version with a message saying so, rather than a
+/// wasmtime "unknown import" error.
+pub(super) fn check_abi(module: &Module) -> Result<(), SandboxError> {
+    for import in module.imports() {
+        let m = import.module();
+        if m != "wasi_snapshot_preview1" && m != protocol::IMPORT_MODULE {
+            return Err(SandboxError::IncompatibleGuest(format!(
+                "it imports `{m}::{}`, but this host speaks protocol `{}` (rebuild the guest: scripts/guest.sh build)",
+                import.name(),
+                protocol::IMPORT_MODULE
+            )));
+        }
+    }
+    if module.get_export(protocol::exports::RUN).is_none() {
+        return Err(SandboxError::IncompatibleGuest(format!(
+            "it does not export `{}`",
+            protocol::exports::RUN
+        )));
+    }
+    Ok(())
+}
+
+/// Caps linear memory and records its peak. Unlike `StoreLimits` it remembers whether growth was
+/// refused, which is how an allocator abort is told apart from any other `unreachable`.
+#[derive(Default)]
+pub(super) struct MemoryLimiter {
+    pub(super) max: usize,
+    pub(super) peak: usize,
+    pub(super) denied: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max {
+            self.denied = true;
+            return Ok(false);
+        }
+        self.peak = self.peak.max(desired);
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        // The guest's one function table never grows at run time; a million entries is generous.
+        Ok(desired <= 1 << 20)
+    }
+
+    fn instances(&self) -> usize {
+        1
+    }
+
+    fn tables(&self) -> usize {
+        1
+    }
+
+    fn memories(&self) -> usize {
+        1
+    }
+}
+
+fn memory(caller: &mut Caller<'_, HostState>) -> wasmtime::Result<Memory> {
+    match caller.get_export("memory") {
+        Some(Extern::Memory(m)) => Ok(m),
+        _ => wasmtime::bail!("the guest exports no memory"),
+    }
+}
+
+/// Copies `len` bytes at `ptr` out of the guest, refusing lengths over `max`.
+fn read_guest(
+    caller: &mut Caller<'_, HostState>,
+    ptr: i32,
+    len: i32,
+    max: u32,
+) -> wasmtime::Result<Vec<u8>> {
+    let len = u32::try_from(len)
+        .ok()
+        .filter(|l| *l <= max)
+        .ok_or_else(|| {
+            wasmtime::format_err!("the guest asked the host to read {len} bytes (at most {max})")
+        })?;
+    let mut buf = vec![0; len as usize];
+    memory(caller)?.read(&*caller, ptr as u32 as usize, &mut buf)?;
+    Ok(buf)
+}
+
+/// WASI preview 1 error numbers (from its witx) that [`add_wasi_overrides_to_linker`] returns.
+const ERRNO_FAULT: i32 = 21;
+const ERRNO_IO: i32 = 29;
+
+/// How much of a `random_get` buffer is filled at a time.
+const RANDOM_CHUNK: usize = 1 << 20;
+
+/// Shadows the WASI preview 1 calls whose wasmtime-wasi versions trap on arguments Python code
+/// chooses (surveyed in wasmtime-wasi 48.0.8's `p1.rs`; every other call the guest can make with
+/// its own arguments answers with an errno):
+///
+/// - `random_get` refuses a buffer over its per-call cap with a trap, which `os.urandom(10**7)`
+///   reaches. This one fills any buffer inside the guest's memory in place, a chunk at a time
+///   straight from the OS (the host allocates nothing), and stops with the run's time limit. A
+///   buffer outside the guest's memory is `EFAULT`, an OS failure `EIO`: `OSError` in Python.
+/// - `proc_exit` traps with a plain error for a status outside 0..126 (`os._exit(200)`); this one
+///   exits with any status, which the host reports as `SystemExit` like the others.
+pub(super) fn add_wasi_overrides_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    linker.func_wrap(
+        "wasi_snapshot_preview1",
+        "random_get",
+        |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| -> wasmtime::Result<i32> {
+            let deadline = caller.data().deadline;
+            let memory = memory(&mut caller)?;
+            let data = memory.data_mut(&mut caller);
+            let (start, len) = (ptr as u32 as usize, len as u32 as usize);
+            let Some(buf) = start
+                .checked_add(len)
+                .and_then(|end| data.get_mut(start..end))
+            else {
+                return Ok(ERRNO_FAULT);
+            };
+            for chunk in buf.chunks_mut(RANDOM_CHUNK) {
+                if Instant::now() > deadline {
+                    return Err(Trap::Interrupt.into());
+                }
+                if getrandom::fill(chunk).is_err() {
+                    return Ok(ERRNO_IO);
+                }
+            }
+            Ok(0)
+        },
+    )?;
+    linker.func_wrap(
+        "wasi_snapshot_preview1",
+        "proc_exit",
+        |_: Caller<'_, HostState>, status: i32| -> wasmtime::Result<()> {
+            Err(I32Exit(status).into())
+        },
+    )?;
+    Ok(())
+}
+
+pub(super) fn add_protocol_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    use protocol::{IMPORT_MODULE as M, imports};
+    linker.func_wrap(
+        M,
+        imports::REQUEST_LEN,
+        |caller: Caller<'_, HostState>| -> i32 { caller.data().request.len() as i32 },
+    )?;
+    linker.func_wrap(
+        M,
+        imports::REQUEST_READ,
+        |mut caller: Caller<'_, HostState>, ptr: i32| {
+            let request = std::mem::take(&mut caller.data_mut().request);
+            memory(&mut caller)?.write(&mut caller, ptr as u32 as usize, &request)?;
+            caller.data_mut().request = request;
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        M,
+        imports::IMPORT_ALLOWED,
+        |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
+            // A name too long to be one, or not UTF-8, is refused rather than read: an
+            // `ImportError` for the code, not a trap.
+            if !u32::try_from(len).is_ok_and(|l| l <= protocol::MAX_MODULE_NAME_BYTES) {
+                return Ok(0);
+            }
+            let name = read_guest(&mut caller, ptr, len, protocol::MAX_MODULE_NAME_BYTES)?;
+            let allowed = std::str::from_utf8(&name)
+                .is_ok_and(|n| protocol::is_module_name(n) && caller.data().policy.allows(n));
+            Ok(i32::from(allowed))
+        },
+    )?;
+    linker.func_wrap(
+        M,
+        imports::REPORT,
+        |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
+            let state = caller.data();
+            let limit = state.report_limit;
+            if state.report.is_some() || state.report_too_large.is_some() {
+                caller.data_mut().protocol_fault = Some("the guest reported twice".into());
+            } else if u32::try_from(len).is_ok_and(|l| l > limit) {
+                caller.data_mut().report_too_large = Some(len as u32);
+            } else {
+                match read_guest(&mut caller, ptr, len, limit) {
+                    Ok(bytes) => caller.data_mut().report = Some(bytes),
+                    Err(e) => caller.data_mut().protocol_fault = Some(format!("{e:#}")),
+                }
+            }
+            Ok(())
+        },
+    )?;
+    Ok(())
+}

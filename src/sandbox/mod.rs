@@ -1,0 +1,155 @@
+//! Loading and linking the guest, and the [`Sandbox`] API: a fresh run is one call on a new
+//! [`Instance`]; a session ([`crate::session`]) makes many calls on one.
+//!
+//! The guest gets WASI preview 1 with nothing behind it: no preopened directories, no environment,
+//! no arguments, stdin at EOF, stdout and stderr captured by [`crate::output`]. The host functions
+//! of `safe-python-protocol` ([`host`]) are the only other way out, and each bounds what it reads.
+//! How a call ended is [`crate::outcome`]'s to say, from the trap and the host's records.
+
+mod host;
+mod instance;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::OnceCell;
+use wasmtime::{Engine, InstancePre, Linker, Module};
+use wasmtime_wasi::p1;
+
+use crate::cache::{self, CacheError, Prepared};
+use crate::limits::Limits;
+use crate::outcome::RunResult;
+use crate::output::OutputObserver;
+use crate::policy::ImportPolicy;
+use crate::{embedded, engine};
+use host::HostState;
+pub(crate) use instance::Instance;
+
+/// Faults of the host or of the guest artifact: never caused by the code being run.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot start the wasm engine: {0:#}")]
+    Engine(wasmtime::Error),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error("the guest module does not fit this host: {0}")]
+    IncompatibleGuest(String),
+    #[error("cannot link the guest: {0:#}")]
+    Link(wasmtime::Error),
+    #[error("cannot set up a run: {0:#}")]
+    Setup(wasmtime::Error),
+}
+
+/// Called before the guest is compiled (it takes tens of seconds), with the cache entry's path.
+pub type CompileNotice = Box<dyn FnMut(Option<&Path>) + Send>;
+
+/// Where to keep the compiled guest and what to say while compiling it.
+#[derive(Default)]
+pub struct SandboxOptions {
+    /// Cache directory for the compiled guest; `None` means [`cache::default_dir`].
+    pub cache_dir: Option<PathBuf>,
+    pub on_compile: Option<CompileNotice>,
+}
+
+/// What one run may do and who hears its output.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    pub limits: Limits,
+    pub policy: Arc<ImportPolicy>,
+    pub observer: Option<OutputObserver>,
+}
+
+/// The compiled guest, ready to be instantiated any number of times, from any number of threads.
+#[derive(Clone)]
+pub struct Sandbox {
+    engine: Engine,
+    pre: InstancePre<HostState>,
+    prepared: Prepared,
+    /// A fresh instance, made when the first session needs it, that sessions compare their
+    /// memory with. Never run; its memory is mapped from the compiled module, so it costs almost
+    /// nothing.
+    pristine: Arc<OnceCell<Arc<Mutex<Instance>>>>,
+}
+
+impl Sandbox {
+    /// Loads the embedded guest (from the compiled-module cache when it can).
+    pub fn new(mut options: SandboxOptions) -> Result<Sandbox, SandboxError> {
+        let engine = engine::new().map_err(SandboxError::Engine)?;
+        let dir = options.cache_dir.take().or_else(cache::default_dir);
+        let mut on_compile = options.on_compile.take();
+        let (module, prepared) = cache::load_or_compile(
+            &engine,
+            embedded::WASM,
+            embedded::SHA256,
+            dir.as_deref(),
+            &mut |p| {
+                if let Some(f) = on_compile.as_mut() {
+                    f(p)
+                }
+            },
+        )?;
+        Self::link(engine, module, prepared)
+    }
+
+    /// A sandbox around another guest module speaking this crate's protocol, compiled in memory and
+    /// never cached: for checking how the host copes with a faulty or hostile guest.
+    pub fn with_guest(wasm: &[u8]) -> Result<Sandbox, SandboxError> {
+        let engine = engine::new().map_err(SandboxError::Engine)?;
+        let module =
+            Module::new(&engine, wasm).map_err(|e| SandboxError::Cache(CacheError::Compile(e)))?;
+        Self::link(engine, module, Prepared::CompiledUncached)
+    }
+
+    fn link(engine: Engine, module: Module, prepared: Prepared) -> Result<Sandbox, SandboxError> {
+        host::check_abi(&module)?;
+        let mut linker = Linker::new(&engine);
+        p1::add_to_linker_async(&mut linker, |s: &mut HostState| &mut s.wasi)
+            .map_err(SandboxError::Link)?;
+        linker.allow_shadowing(true);
+        host::add_wasi_overrides_to_linker(&mut linker).map_err(SandboxError::Link)?;
+        linker.allow_shadowing(false);
+        host::add_protocol_to_linker(&mut linker).map_err(SandboxError::Link)?;
+        let pre = linker
+            .instantiate_pre(&module)
+            .map_err(SandboxError::Link)?;
+        Ok(Sandbox {
+            engine,
+            pre,
+            prepared,
+            pristine: Arc::default(),
+        })
+    }
+
+    /// The instance sessions compare their memory with (see [`crate::session`]).
+    pub(crate) async fn pristine(&self) -> Result<Arc<Mutex<Instance>>, SandboxError> {
+        let pristine = self
+            .pristine
+            .get_or_try_init(|| async {
+                let instance =
+                    Instance::with_memory(self, Limits::MAX_MEMORY_BYTES, 0, std::iter::empty())
+                        .await?;
+                Ok::<_, SandboxError>(Arc::new(Mutex::new(instance)))
+            })
+            .await?;
+        Ok(pristine.clone())
+    }
+
+    /// How the compiled guest was obtained.
+    pub fn prepared(&self) -> &Prepared {
+        &self.prepared
+    }
+
+    /// Runs `code` in a fresh instance. Limits and Python errors are outcomes, not `Err`s.
+    ///
+    /// Dropping the returned future cancels the run at the guest's next epoch tick at the latest.
+    pub async fn run(&self, code: &str, options: &RunOptions) -> Result<RunResult, SandboxError> {
+        let mut instance = Instance::new(self);
+        Ok(instance
+            .call(self, code, FRESH_FILENAME, options)
+            .await?
+            .result)
+    }
+}
+
+/// The name tracebacks give the code of a fresh run.
+const FRESH_FILENAME: &str = "<code>";
