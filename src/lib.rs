@@ -8,7 +8,6 @@
 pub mod cache;
 pub mod cli;
 pub mod engine;
-pub mod first_run;
 pub mod flags;
 mod guest;
 pub mod limits;

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{EXIT_OK, open_sandbox, print_plain, terminal_observer};
+use super::print::{print_plain, terminal_observer};
+use super::{EXIT_OK, open_sandbox};
 use crate::flags::SandboxFlags;
 use crate::sandbox::RunOptions;
 use crate::sessions::{SessionLimits, SessionRequest, Sessions};
