@@ -77,7 +77,8 @@ pub struct Args {
 
     /// Read Python interactively, entry by entry, in one session: what an entry defines the next
     /// can use, and an entry stopped by a limit (or Ctrl-C) is undone. The limits apply to each
-    /// entry.
+    /// entry. On a terminal, lines can be edited, and earlier ones recalled with the arrow keys;
+    /// that history is kept in memory only, never written to disk.
     #[arg(long, conflicts_with_all = ["file", "code", "json"])]
     pub repl: bool,
 }
