@@ -1,24 +1,22 @@
 //! The sandbox flags both binaries share (`sandbox-run` and `safe-python-mcp`), each also settable
-//! through an environment variable, and their mapping onto [`Limits`] and [`ImportPolicy`].
+//! through an environment variable; their mapping onto [`Limits`] and [`ImportPolicy`]; and the
+//! sandbox they describe, opened the same way by both, with the same words for its first compile.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::CACHE_DIR_ENV;
 use crate::limits::Limits;
 use crate::policy::{ImportPolicy, validate_module_name};
-use crate::sandbox::RunOptions;
+use crate::sandbox::{RunOptions, Sandbox, SandboxError, SandboxOptions};
 
 /// Limits, allowed modules and the cache directory.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SandboxFlags {
-    /// Also allow importing these modules (comma-separated, repeatable; an empty value adds none),
-    /// on top of: collections, datetime, itertools, math, queue, random, re, stat, statistics,
-    /// time, unicodedata. A package allows its submodules. A dotted name allows what an import of
-    /// it hands over: `--allow os.path` allows `from os.path import join`, but `import os.path`
-    /// binds `os` and needs `--allow os`.
-    #[arg(long, value_name = "MOD[,MOD...]", value_delimiter = ',', env = "SAFE_PYTHON_ALLOW", value_parser = parse_module)]
+    // The help lists the default allowlist from its one definition.
+    #[arg(long, value_name = "MOD[,MOD...]", value_delimiter = ',', env = "SAFE_PYTHON_ALLOW", value_parser = parse_module,
+          help = allow_help())]
     pub allow: Vec<String>,
 
     /// Wall-clock limit in seconds, sleeping included.
@@ -41,8 +39,9 @@ pub struct SandboxFlags {
           value_parser = clap::value_parser!(u64).range(1..=(1 << 30)), env = "SAFE_PYTHON_MAX_OUTPUT")]
     pub max_output: u64,
 
-    /// Where the compiled sandbox is cached [default: the user cache directory].
-    #[arg(long, value_name = "DIR", env = CACHE_DIR_ENV)]
+    // Without the flag, `cache::default_dir` decides, reading the environment variable itself:
+    // clap's `env` would read it a second time.
+    #[arg(long, value_name = "DIR", help = cache_dir_help())]
     pub cache_dir: Option<PathBuf>,
 }
 
@@ -68,6 +67,58 @@ impl SandboxFlags {
             observer: None,
         }
     }
+
+    /// The sandbox these flags describe, loaded from the cache or compiled. `on_compile` is called
+    /// before a compile, which takes tens of seconds, with the cache entry to be written (`None`:
+    /// none); front ends tell their user [`COMPILING`] and [`cache_notice`] there.
+    pub fn open_sandbox(
+        &self,
+        on_compile: impl FnMut(Option<&Path>) + Send + 'static,
+    ) -> Result<Sandbox, SandboxError> {
+        Sandbox::new(SandboxOptions {
+            cache_dir: self.cache_dir.clone(),
+            on_compile: Some(Box::new(on_compile)),
+        })
+    }
+}
+
+/// What is happening when the guest is compiled: the one pause a user notices, once per cache.
+pub const COMPILING: &str = "preparing the Python sandbox for first use (about 30 s)";
+
+/// Where the compiled guest will be kept (`entry`: the cache file; `None`: nowhere, so every start
+/// compiles) and how to choose another place.
+pub fn cache_notice(entry: Option<&Path>) -> String {
+    match entry.and_then(Path::parent) {
+        Some(dir) => format!(
+            "caching the compiled sandbox in {} (to move it: --cache-dir or {CACHE_DIR_ENV})",
+            dir.display()
+        ),
+        None => format!(
+            "no usable cache directory, so this happens at every run (choose one with --cache-dir or {CACHE_DIR_ENV})"
+        ),
+    }
+}
+
+/// The compile notice as log lines, for a front end whose stderr is a log (the MCP server).
+pub fn log_compile_notice(entry: Option<&Path>) {
+    tracing::info!("{COMPILING}");
+    tracing::info!("{}", cache_notice(entry));
+}
+
+fn allow_help() -> String {
+    format!(
+        "Also allow importing these modules (comma-separated, repeatable; an empty value adds none), \
+         on top of: {}. A package allows its submodules. A dotted name allows what an import of it \
+         hands over: `--allow os.path` allows `from os.path import join`, but `import os.path` binds \
+         `os` and needs `--allow os`.",
+        ImportPolicy::DEFAULT_ALLOWED.join(", ")
+    )
+}
+
+fn cache_dir_help() -> String {
+    format!(
+        "Where the compiled sandbox is cached [env: {CACHE_DIR_ENV}=] [default: the user cache directory]"
+    )
 }
 
 /// An empty name is accepted and allows nothing ([`ImportPolicy::with_extra`] skips it): installers
@@ -114,5 +165,44 @@ mod tests {
             ImportPolicy::with_extra(["json", "heapq"]).allowed()
         );
         assert!(Flags::try_parse_from(["prog", "--allow", "json,os;rm"]).is_err());
+    }
+
+    #[test]
+    fn the_help_lists_the_default_allowlist_as_the_readme_does() {
+        use clap::CommandFactory;
+        // Both are wrapped: compare words.
+        let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let help = words(&Flags::command().render_help().to_string());
+        let listed = ImportPolicy::DEFAULT_ALLOWED.join(", ");
+        assert!(
+            help.contains(&format!("on top of: {listed} [env")),
+            "{help}"
+        );
+        let readme = words(
+            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap(),
+        );
+        let in_readme: Vec<_> = ImportPolicy::DEFAULT_ALLOWED
+            .iter()
+            .map(|m| format!("`{m}`"))
+            .collect();
+        assert!(
+            readme.contains(&format!(
+                "by default (the Python seed server's list): {}.",
+                in_readme.join(", ")
+            )),
+            "the README's default allowlist differs from ImportPolicy::DEFAULT_ALLOWED"
+        );
+    }
+
+    #[test]
+    fn the_cache_notice_names_the_directory_and_how_to_move_it() {
+        let line = cache_notice(Some(Path::new("/home/u/.cache/spe/guest-abc.cwasm")));
+        assert!(line.contains(" in /home/u/.cache/spe "), "{line}");
+        assert!(line.contains("--cache-dir") && line.contains(CACHE_DIR_ENV));
+        let nowhere = cache_notice(None);
+        assert!(nowhere.contains("every run") && nowhere.contains(CACHE_DIR_ENV));
+        for line in [line, nowhere, COMPILING.to_owned()] {
+            assert!(!line.contains(['\x1b', '\r', '\n']), "{line:?}");
+        }
     }
 }

@@ -16,8 +16,6 @@ pub mod cache;
 pub mod cli;
 mod embedded;
 pub mod engine;
-#[cfg(feature = "cli")]
-pub mod first_run;
 #[cfg(any(feature = "cli", feature = "mcp"))]
 pub mod flags;
 pub mod limits;

@@ -4,16 +4,27 @@
 //!
 //! The session goes through the same life cycle as an MCP session call ([`Sessions`]): the REPL
 //! starts it with [`SessionRequest::New`] and keeps its handle, which never leaves the process.
+//!
+//! On a terminal the lines are read with a line editor (rustyline) whose history lives as long as
+//! the REPL: nothing typed is written to disk. Anywhere else stdin is read line by line.
 
 use std::io::{self, BufRead, IsTerminal, Write};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use anyhow::Context;
+use rustyline::error::ReadlineError;
+use rustyline::{Config, DefaultEditor};
 use tokio::sync::mpsc;
 
-use super::{EXIT_OK, open_sandbox, print_plain, terminal_observer};
+use super::print::{print_plain, terminal_observer};
+use super::{EXIT_OK, open_sandbox};
 use crate::flags::SandboxFlags;
 use crate::sandbox::RunOptions;
 use crate::sessions::{SessionLimits, SessionRequest, Sessions};
+
+/// Lines the line editor remembers for the up arrow.
+const HISTORY_LINES: usize = 1000;
 
 pub(super) fn run(flags: &SandboxFlags) -> anyhow::Result<u8> {
     let sandbox = open_sandbox(flags)?;
@@ -21,7 +32,6 @@ pub(super) fn run(flags: &SandboxFlags) -> anyhow::Result<u8> {
         observer: Some(terminal_observer()),
         ..flags.run_options()
     };
-    let interactive = io::stdin().is_terminal();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -32,8 +42,8 @@ pub(super) fn run(flags: &SandboxFlags) -> anyhow::Result<u8> {
             idle: Duration::MAX,
         });
         let mut request = SessionRequest::New;
-        let mut lines = stdin_lines();
-        if interactive {
+        let mut input = Input::new()?;
+        if input.interactive() {
             eprintln!(
                 "sandbox-run {} REPL: Python (RustPython) in a WebAssembly sandbox. Ctrl-D or exit() leaves.",
                 env!("CARGO_PKG_VERSION")
@@ -41,24 +51,18 @@ pub(super) fn run(flags: &SandboxFlags) -> anyhow::Result<u8> {
         }
         let mut entry = Entry::default();
         loop {
-            if interactive {
-                eprint!("{}", if entry.is_empty() { ">>> " } else { "... " });
-                let _ = io::stderr().flush();
-            }
-            let line = tokio::select! {
-                line = lines.recv() => line,
-                _ = tokio::signal::ctrl_c() => {
-                    eprintln!("\nKeyboardInterrupt");
+            let prompt = if entry.is_empty() { ">>> " } else { "... " };
+            let code = match input.read(prompt).await? {
+                Line::Text(line) if entry.push(&line) => entry.take(),
+                Line::Text(_) => continue,
+                Line::Interrupted => {
+                    eprintln!("KeyboardInterrupt");
                     entry = Entry::default();
                     continue;
                 }
-            };
-            let code = match line {
-                Some(line) if entry.push(&line) => entry.take(),
-                Some(_) => continue,
                 // End of input: what was typed last still runs, as it would in a file.
-                None if !entry.is_empty() => entry.take(),
-                None => break,
+                Line::End if !entry.is_empty() => entry.take(),
+                Line::End => break,
             };
             if matches!(code.trim(), "exit()" | "quit()" | "exit" | "quit") {
                 break;
@@ -88,7 +92,104 @@ pub(super) fn run(flags: &SandboxFlags) -> anyhow::Result<u8> {
     })
 }
 
-/// Lines of stdin, read on a thread of their own so that Ctrl-C can interrupt the wait.
+/// What reading one line gave.
+enum Line {
+    Text(String),
+    /// Ctrl-C while waiting for the line: the entry typed so far is dropped.
+    Interrupted,
+    End,
+}
+
+/// Where the lines come from.
+enum Input {
+    /// stdin and stdout are a terminal: a line editor, which writes its prompt to stdout (as
+    /// Python's REPL does with readline), shared with the blocking thread that reads each line.
+    /// Once Ctrl-D has ended the input it stays ended, as a closed pipe does.
+    Editor {
+        editor: Arc<Mutex<DefaultEditor>>,
+        ended: bool,
+    },
+    /// Lines of stdin, read on a thread of their own so that Ctrl-C can interrupt the wait;
+    /// prompted on stderr when stdin is a terminal but stdout is not.
+    Lines {
+        lines: mpsc::UnboundedReceiver<String>,
+        prompt: bool,
+    },
+}
+
+impl Input {
+    fn new() -> anyhow::Result<Self> {
+        let stdin = io::stdin().is_terminal();
+        if stdin && io::stdout().is_terminal() {
+            let config = Config::builder()
+                .max_history_size(HISTORY_LINES)?
+                .auto_add_history(true)
+                // Output that did not end its line would otherwise be drawn over by the prompt.
+                .check_cursor_position(true)
+                .build();
+            let editor =
+                DefaultEditor::with_config(config).context("cannot start the line editor")?;
+            return Ok(Input::Editor {
+                editor: Arc::new(Mutex::new(editor)),
+                ended: false,
+            });
+        }
+        Ok(Input::Lines {
+            lines: stdin_lines(),
+            prompt: stdin,
+        })
+    }
+
+    fn interactive(&self) -> bool {
+        matches!(
+            self,
+            Input::Editor { .. } | Input::Lines { prompt: true, .. }
+        )
+    }
+
+    async fn read(&mut self, prompt: &'static str) -> anyhow::Result<Line> {
+        match self {
+            Input::Editor { ended: true, .. } => Ok(Line::End),
+            Input::Editor { editor, ended } => {
+                let editor = Arc::clone(editor);
+                let read = tokio::task::spawn_blocking(move || {
+                    editor
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .readline(prompt)
+                })
+                .await?;
+                match read {
+                    Ok(line) => Ok(Line::Text(line)),
+                    Err(ReadlineError::Interrupted) => Ok(Line::Interrupted),
+                    Err(ReadlineError::Eof) => {
+                        *ended = true;
+                        Ok(Line::End)
+                    }
+                    Err(e) => Err(e).context("cannot read from the terminal"),
+                }
+            }
+            Input::Lines {
+                lines,
+                prompt: show,
+            } => {
+                if *show {
+                    eprint!("{prompt}");
+                    let _ = io::stderr().flush();
+                }
+                tokio::select! {
+                    line = lines.recv() => Ok(line.map_or(Line::End, Line::Text)),
+                    _ = tokio::signal::ctrl_c() => {
+                        eprintln!();
+                        Ok(Line::Interrupted)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Lines of stdin, read on a thread of their own.
 fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
     let (sender, receiver) = mpsc::unbounded_channel();
     std::thread::spawn(move || {

@@ -4,22 +4,16 @@
 use std::time::Duration;
 
 use crate::cache::Prepared;
-use crate::flags::SandboxFlags;
+use crate::flags::{COMPILING, SandboxFlags, cache_notice};
 use crate::outcome::RunResult;
-use crate::sandbox::{Sandbox, SandboxOptions};
 use crate::session::Session;
 
 /// `--check`: the sandbox starts, runs code, refuses an import, stops an endless loop, and keeps a
 /// session's state through a stopped call.
 pub(super) async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
-    let sandbox = Sandbox::new(SandboxOptions {
-        cache_dir: flags.cache_dir.clone(),
-        on_compile: Some(Box::new(|path| {
-            eprintln!("safe-python-mcp: compiling the Python sandbox for first use (about 30 s)");
-            if let Some(p) = path {
-                eprintln!("safe-python-mcp: caching it at {}", p.display());
-            }
-        })),
+    let sandbox = flags.open_sandbox(|entry| {
+        eprintln!("safe-python-mcp: {COMPILING}");
+        eprintln!("safe-python-mcp: {}", cache_notice(entry));
     })?;
     let mut options = flags.run_options();
     type Check = (&'static str, &'static str, fn(&RunResult) -> bool);

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::Args;
 use super::progress::{Live, Progress};
 use super::tools::{self, MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments};
-use crate::sandbox::{RunOptions, Sandbox, SandboxOptions};
+use crate::sandbox::{RunOptions, Sandbox};
 use crate::sessions::{LeaseRun, SessionRequest, Sessions};
 
 /// The server: shared by every request handler.
@@ -38,19 +38,11 @@ impl PythonServer {
     /// Starts preparing the sandbox in the background and returns at once.
     pub fn start(args: &Args) -> Self {
         let (ready, sandbox) = watch::channel(None);
-        let cache_dir = args.sandbox.cache_dir.clone();
+        let flags = args.sandbox.clone();
         std::thread::spawn(move || {
-            let options = SandboxOptions {
-                cache_dir,
-                on_compile: Some(Box::new(|path| match path {
-                    Some(p) => tracing::info!(
-                        "compiling the Python sandbox for first use (about 30 s); caching it at {}",
-                        p.display()
-                    ),
-                    None => tracing::info!("compiling the Python sandbox (no cache directory)"),
-                })),
-            };
-            let sandbox = Sandbox::new(options).map_err(|e| format!("{e:#}"));
+            let sandbox = flags
+                .open_sandbox(crate::flags::log_compile_notice)
+                .map_err(|e| format!("{e:#}"));
             match &sandbox {
                 Ok(_) => tracing::info!("sandbox ready"),
                 Err(e) => tracing::error!("the sandbox cannot start: {e}"),

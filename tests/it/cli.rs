@@ -2,6 +2,7 @@
 
 use crate::common;
 
+use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 use common::spawn::{self, SANDBOX_RUN};
@@ -366,6 +367,45 @@ fn a_terminal_is_shown_control_characters_not_sent_them() {
     ] {
         assert!(seen.contains(shown), "{shown:?} not shown in {seen:?}");
     }
+}
+
+/// On a pseudo-terminal the REPL reads with its line editor: a backspace edits the line, the up
+/// arrow recalls the previous one for editing, and Ctrl-D leaves. Keys typed ahead of the next
+/// prompt are kept, not dropped.
+#[test]
+fn repl_on_a_terminal_edits_lines_and_recalls_earlier_ones() {
+    common::sandbox();
+    let command = format!("{} --repl", shell_quote(env!("CARGO_BIN_EXE_sandbox-run")));
+    let mut child = Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux runs the test on a pseudo-terminal");
+    // Once the first prompt is drawn, the editor has the terminal: `x = 4`, backspace, `40`;
+    // `x + 2`; up arrow, Ctrl-A (start of line), `1 + ` (so `1 + x + 2`); Ctrl-D. All at once.
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    while !seen.windows(4).any(|w| w == b">>> ") {
+        let mut chunk = [0; 4096];
+        let n = std::io::Read::read(&mut out, &mut chunk).unwrap();
+        assert!(n > 0, "no prompt: {:?}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    let keys = b"x = 4\x7f40\rx + 2\r\x1b[A\x011 + \r\x04";
+    child.stdin.take().unwrap().write_all(keys).unwrap();
+    std::io::Read::read_to_end(&mut out, &mut seen).unwrap();
+    let status = child.wait().unwrap();
+    let seen = String::from_utf8_lossy(&seen);
+    assert_eq!(status.code(), Some(0), "{seen:?}");
+    let values: Vec<&str> = seen
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.parse::<u32>().is_ok())
+        .collect();
+    assert_eq!(values, ["40", "42", "43"], "{seen:?}");
+    assert!(seen.contains(">>> "), "no prompt on a terminal: {seen:?}");
 }
 
 /// Into pipes, the same output passes byte for byte.

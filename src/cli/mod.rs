@@ -4,22 +4,23 @@
 //! The flags ([`SandboxFlags`]) map one to one onto the limits and import policy; the exit code says how the run
 //! ended, so scripts can tell a Python error from a limit without parsing output.
 
+mod first_run;
+mod print;
 mod repl;
 mod terminal;
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Parser;
 
-use crate::first_run::FirstRunNotice;
 use crate::flags::SandboxFlags;
 use crate::outcome::{Outcome, RunResult};
-use crate::output::{OutputObserver, Stream};
-use crate::sandbox::{RunOptions, Sandbox, SandboxOptions};
+use crate::sandbox::{RunOptions, Sandbox};
+use first_run::FirstRunNotice;
+use print::{print_plain, terminal_observer};
 
 /// Exit status: the code ran to the end.
 pub const EXIT_OK: u8 = 0;
@@ -76,7 +77,8 @@ pub struct Args {
 
     /// Read Python interactively, entry by entry, in one session: what an entry defines the next
     /// can use, and an entry stopped by a limit (or Ctrl-C) is undone. The limits apply to each
-    /// entry.
+    /// entry. On a terminal, lines can be edited, and earlier ones recalled with the arrow keys;
+    /// that history is kept in memory only, never written to disk.
     #[arg(long, conflicts_with_all = ["file", "code", "json"])]
     pub repl: bool,
 }
@@ -141,21 +143,12 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// The sandbox, from the cache or compiled (with a progress line, as that takes a while).
+/// The sandbox, from the cache or compiled (with a progress notice, as that takes a while).
 fn open_sandbox(flags: &SandboxFlags) -> anyhow::Result<Sandbox> {
     let notice = FirstRunNotice::to_stderr("sandbox-run");
-    let sandbox = Sandbox::new(SandboxOptions {
-        cache_dir: flags.cache_dir.clone(),
-        on_compile: Some(notice.on_compile()),
-    });
+    let sandbox = flags.open_sandbox(notice.on_compile());
     notice.finish(sandbox.as_ref().ok().map(Sandbox::prepared));
     Ok(sandbox?)
-}
-
-/// Streams the code's output to this process's stdout and stderr as it is written (escaped on a
-/// terminal, see [`terminal`]).
-fn terminal_observer() -> OutputObserver {
-    Arc::new(terminal::write)
 }
 
 fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
@@ -175,41 +168,6 @@ fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
         print_plain(&result);
     }
     Ok(exit_status(&result))
-}
-
-/// After the live output: the result value, or what stopped the code. All of it can be the code's
-/// text (a `__repr__`, an exception's message), so it goes out as the live output does.
-pub(crate) fn print_plain(result: &RunResult) {
-    terminal::finish();
-    if !result.stdout.is_empty() && !result.stdout.ends_with('\n') && result.result().is_some() {
-        terminal::write(Stream::Stdout, b"\n");
-    }
-    if let Some(value) = result.result() {
-        terminal::write(Stream::Stdout, format!("{value}\n").as_bytes());
-    }
-    if let Some(error) = result.error() {
-        let newline = if error.traceback.ends_with('\n') {
-            ""
-        } else {
-            "\n"
-        };
-        terminal::write(
-            Stream::Stderr,
-            format!("{}{newline}", error.traceback).as_bytes(),
-        );
-    }
-    let stopped = match &result.outcome {
-        Outcome::LimitReached { limit, .. } => format!(
-            "sandbox-run: limit reached ({}): {}\n",
-            limit.as_str(),
-            limit.explain()
-        ),
-        Outcome::Trapped { message } => {
-            format!("sandbox-run: the interpreter trapped: {message}\n")
-        }
-        _ => return,
-    };
-    terminal::write(Stream::Stderr, stopped.as_bytes());
 }
 
 pub fn exit_status(result: &RunResult) -> u8 {
