@@ -174,10 +174,7 @@ mod tests {
         let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
         let help = words(&Flags::command().render_help().to_string());
         let listed = ImportPolicy::DEFAULT_ALLOWED.join(", ");
-        assert!(
-            help.contains(&format!("on top of: {listed} [env")),
-            "{help}"
-        );
+        assert!(help.contains(&format!("on top of: {listed}. ")), "{help}");
         let readme = words(
             &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap(),
         );
