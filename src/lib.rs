@@ -26,7 +26,6 @@ pub mod output;
 pub mod policy;
 pub mod sandbox;
 pub mod session;
-pub mod sessions;
 
 pub use cache::Prepared;
 pub use limits::Limits;

@@ -26,7 +26,7 @@ use rmcp::model::{
     ServerJsonRpcMessage,
 };
 use safe_python_executor::mcp::{self, Args, PythonServer, RunPythonArgs};
-use safe_python_executor::sessions::SessionRequest;
+use safe_python_executor::session::registry::SessionRequest;
 use safe_python_executor::{ImportPolicy, Limits, Outcome, RunOptions, RunResult, Sandbox};
 use safe_python_protocol::{self as protocol, Report};
 use serde_json::Value;

@@ -21,7 +21,7 @@ use super::print::{print_plain, terminal_observer};
 use super::{EXIT_OK, open_sandbox};
 use crate::flags::SandboxFlags;
 use crate::sandbox::RunOptions;
-use crate::sessions::{SessionLimits, SessionRequest, Sessions};
+use crate::session::registry::{SessionLimits, SessionRequest, Sessions};
 
 /// Lines the line editor remembers for the up arrow.
 const HISTORY_LINES: usize = 1000;

@@ -5,7 +5,7 @@
 //! background, so `initialize` and `tools/list` are answered at once even on a first start; calls
 //! wait for it. Calls run in a bounded pool; each is stopped by its limits or by
 //! `notifications/cancelled`, whichever comes first. Calls with a session handle run in that
-//! session ([`crate::sessions`]), one at a time per session.
+//! session ([`crate::session::registry`]), one at a time per session.
 //!
 //! There is no tool that lists sessions: one process serves every conversation of a client, and a
 //! listing (even of counts and sizes) would tell one conversation about the others. Each reply
@@ -35,7 +35,7 @@ pub use self::tools::{
     MAX_CODE_BYTES, REPLY_OVERHEAD_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments,
 };
 use crate::flags::{SandboxFlags, parse_seconds};
-use crate::sessions::SessionLimits;
+use crate::session::registry::SessionLimits;
 
 /// Run Python code for an AI assistant in a WebAssembly sandbox, over MCP (stdio).
 #[derive(Debug, Parser)]

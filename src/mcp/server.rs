@@ -18,7 +18,7 @@ use super::Args;
 use super::progress::{Live, Progress};
 use super::tools::{self, MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments};
 use crate::sandbox::{RunOptions, Sandbox};
-use crate::sessions::{LeaseRun, SessionRequest, Sessions};
+use crate::session::registry::{LeaseRun, SessionRequest, Sessions};
 
 /// The server: shared by every request handler.
 #[derive(Clone)]

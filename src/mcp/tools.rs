@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::outcome::{Outcome, RunReport, RunResult};
 use crate::sandbox::RunOptions;
-use crate::sessions::{SessionError, SessionLimits, SessionReport, Start, minutes};
+use crate::session::registry::{SessionError, SessionLimits, SessionReport, Start, minutes};
 
 /// Runs code.
 pub const RUN_PYTHON: &str = "run_python";
@@ -29,7 +29,7 @@ pub struct RunPythonArgs {
     /// e.g. "s_3f9c…", 32 hex digits) to continue it. Calls in one session share variables,
     /// functions, classes and imports. Leave it out to run the code fresh and isolated.
     #[serde(default)]
-    #[schemars(pattern(crate::sessions::SESSION_PATTERN))]
+    #[schemars(pattern(crate::session::registry::SESSION_PATTERN))]
     pub session: Option<String>,
     /// With a session handle: empty that session first, so the code runs in an empty one.
     #[serde(default)]
@@ -256,7 +256,7 @@ mod tests {
         let schema = serde_json::to_value(schema_for_type::<RunPythonArgs>()).unwrap();
         assert_eq!(
             schema["properties"]["session"]["pattern"],
-            crate::sessions::SESSION_PATTERN,
+            crate::session::registry::SESSION_PATTERN,
             "{schema}"
         );
     }

@@ -6,6 +6,8 @@
 //! [`Snapshot`]: the pages that differ from those of a fresh instance. A call that hits a limit,
 //! traps or is cancelled leaves the instance unusable or half-changed; the session then makes a new
 //! instance and writes the snapshot into it, which is exactly the state from before that call.
+//! [`registry`] keeps many sessions behind private handles, within bounds, for the MCP server and
+//! the REPL.
 //!
 //! What a session holds, at most: its instance's linear memory (no larger than the memory limit)
 //! plus its snapshot, whose saved pages never exceed that memory's size, and whose index adds 16
@@ -16,7 +18,9 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+mod handle;
 mod pagemap;
+pub mod registry;
 mod snapshot;
 
 use crate::outcome::RunResult;

@@ -125,12 +125,12 @@ const RULES: [Rule; 4] = [
     Rule {
         says: "how a call ended is told without the sandbox or sessions",
         applies: |m| m == "outcome",
-        forbidden: &["sandbox", "session", "sessions"],
+        forbidden: &["sandbox", "session"],
     },
     Rule {
         says: "the sandbox knows nothing of sessions",
         applies: |m| m == "sandbox",
-        forbidden: &["session", "sessions"],
+        forbidden: &["session"],
     },
 ];
 

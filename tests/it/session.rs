@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{runtime, sandbox, tight};
-use safe_python_executor::sessions::{
+use safe_python_executor::session::registry::{
     SessionError, SessionId, SessionLimits, SessionRequest, Sessions, Start,
 };
 use safe_python_executor::{ImportPolicy, Limit, Limits, RunOptions, Session, SessionRun};

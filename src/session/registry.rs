@@ -18,8 +18,6 @@
 //! async workers. A handle whose session was dropped is remembered (a bounded number of them), so
 //! that its next call can say why it is gone rather than that it never existed.
 
-mod request;
-
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -29,10 +27,10 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use tokio::sync::OwnedMutexGuard;
 
-pub use self::request::{NEW, SESSION_PATTERN, SessionError, SessionId, SessionRequest, minutes};
+use super::Session;
+pub use super::handle::{NEW, SESSION_PATTERN, SessionError, SessionId, SessionRequest, minutes};
 use crate::outcome::RunResult;
 use crate::sandbox::{RunOptions, Sandbox, SandboxError};
-use crate::session::Session;
 
 /// How many sessions may live, and for how long without a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
