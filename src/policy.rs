@@ -12,21 +12,8 @@ pub struct ImportPolicy {
 }
 
 impl ImportPolicy {
-    /// The Python seed server's allowlist.
-    pub const DEFAULT_ALLOWED: &'static [&'static str] = &[
-        "collections",
-        "datetime",
-        "itertools",
-        "math",
-        "queue",
-        "random",
-        "re",
-        "stat",
-        "statistics",
-        "time",
-        "unicodedata",
-    ];
-
+    /// The Python seed server's allowlist, as the guest preloads it.
+    pub const DEFAULT_ALLOWED: &'static [&'static str] = safe_python_protocol::DEFAULT_ALLOWED;
     /// The default allowlist plus `extra` (top-level or dotted module names).
     pub fn with_extra<S: AsRef<str>>(extra: impl IntoIterator<Item = S>) -> Self {
         let mut allowed: Vec<String> = Self::DEFAULT_ALLOWED

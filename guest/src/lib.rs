@@ -50,20 +50,10 @@ const fn eq(a: &[u8], b: &[u8]) -> bool {
     true
 }
 
-/// Modules imported into the snapshot so that importing them costs nothing at run time. These are
-/// the default allowlist plus what the driver needs; importing is not allowing.
+/// Modules imported into the snapshot, besides the default allowlist
+/// ([`safe_python_protocol::DEFAULT_ALLOWED`]), because the driver needs them; importing is not
+/// allowing.
 const PRELOADED: &[&str] = &[
-    "collections",
-    "datetime",
-    "itertools",
-    "math",
-    "queue",
-    "random",
-    "re",
-    "stat",
-    "statistics",
-    "time",
-    "unicodedata",
     "ast",
     "traceback",
     "linecache",
@@ -157,7 +147,10 @@ pub extern "C" fn sandbox_init() {
 }
 
 fn prepare(vm: &VirtualMachine) -> PyResult<Driver> {
-    for name in PRELOADED {
+    for name in safe_python_protocol::DEFAULT_ALLOWED
+        .iter()
+        .chain(PRELOADED)
+    {
         vm.import(*name, 0)?;
     }
     let module = |name: &'static str| vm.import(name, 0);

@@ -89,6 +89,23 @@ pub const fn report_limit(max_field_bytes: u32) -> u32 {
     4 * field + REPORT_OVERHEAD_BYTES
 }
 
+/// The modules user code may import unless the host allows more (the Python seed server's
+/// allowlist). The host's policy starts from it; the guest imports these into its snapshot, so that
+/// importing them costs nothing at run time.
+pub const DEFAULT_ALLOWED: &[&str] = &[
+    "collections",
+    "datetime",
+    "itertools",
+    "math",
+    "queue",
+    "random",
+    "re",
+    "stat",
+    "statistics",
+    "time",
+    "unicodedata",
+];
+
 /// Longest module name the host reads for an import check.
 pub const MAX_MODULE_NAME_BYTES: u32 = 4096;
 
