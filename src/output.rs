@@ -76,7 +76,8 @@ impl OutputSink {
         self.call.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self, stream: Stream, bytes: &[u8]) -> Result<(), OutputLimitReached> {
+    /// Captures `bytes` written to `stream`; past the limit, keeps what fits and refuses.
+    pub(crate) fn write(&self, stream: Stream, bytes: &[u8]) -> Result<(), OutputLimitReached> {
         let mut c = self.lock();
         let limit = c.limit;
         if c.truncated {
