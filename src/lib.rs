@@ -7,6 +7,8 @@
 //! guest on disk) → [`sandbox`] (loading and linking; the host side of the protocol; one instance
 //! and its call) → [`outcome`] (how a call ended, and bounding what it hands back) + [`output`]
 //! (the captured streams) → [`session`] (an instance kept across calls, with rollback).
+//! `vfs` is an in-memory, read-only file system for WASI guests, which a guest that must read
+//! files (CPython's standard library) gets instead of any host directory.
 //!
 //! The front ends sit behind default cargo features: `sandbox-run` (`cli`) and `safe-python-mcp`
 //! (`mcp`), sharing `flags`. Without them the crate is the library alone.
@@ -26,6 +28,15 @@ pub mod output;
 pub mod policy;
 pub mod sandbox;
 pub mod session;
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        unused_imports,
+        reason = "the CPython engine, which serves its files from it, comes next"
+    )
+)]
+pub(crate) mod vfs;
 
 pub use cache::Prepared;
 pub use limits::Limits;

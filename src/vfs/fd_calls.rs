@@ -1,0 +1,341 @@
+//! The preview 1 calls that act on a descriptor, each a plain function of the guest's memory and
+//! the descriptor table. Arguments arrive as the unsigned form of the wasm values; results are
+//! written to the guest only after every check passed, so a failed call changes nothing.
+//!
+//! No descriptor here is open for writing: writing through one is `EBADF` (POSIX's answer for a
+//! descriptor not open for writing), changing its times `EROFS`; stdio cannot seek (`ESPIPE`).
+
+use super::abi::{self, Errno, fdflags, filetype, rights, whence};
+use super::fds::{Entry, Files};
+use super::memory;
+use super::tree::Node;
+use crate::output::OutputLimitReached;
+
+pub(crate) fn fd_advise(files: &Files, fd: u32, advice: u32) -> Result<(), Errno> {
+    if advice > u32::from(abi::ADVICE_LAST) {
+        return Err(Errno::Inval);
+    }
+    match files.get(fd)? {
+        Entry::File { .. } => Ok(()),
+        _ => Err(Errno::Badf),
+    }
+}
+
+/// `fd_allocate` and `fd_filestat_set_size`: both would write.
+pub(crate) fn fd_resize(files: &Files, fd: u32) -> Result<(), Errno> {
+    files.get(fd)?;
+    Err(Errno::Badf)
+}
+
+pub(crate) fn fd_close(files: &mut Files, fd: u32) -> Result<(), Errno> {
+    files.close(fd)
+}
+
+/// `fd_sync` and `fd_datasync`: nothing is ever pending.
+pub(crate) fn fd_sync(files: &Files, fd: u32) -> Result<(), Errno> {
+    match files.get(fd)? {
+        Entry::File { .. } => Ok(()),
+        _ => Err(Errno::Badf),
+    }
+}
+
+pub(crate) fn fd_fdstat_get(mem: &mut [u8], files: &Files, fd: u32, out: u32) -> Result<(), Errno> {
+    let stat = match files.get(fd)? {
+        Entry::Stdin => abi::fdstat(filetype::UNKNOWN, 0, rights::FD_READ, rights::FD_READ),
+        Entry::Output(_) => abi::fdstat(filetype::UNKNOWN, 0, rights::FD_WRITE, rights::FD_WRITE),
+        // Files opened from a directory may ask for any right, writing included, so that
+        // wasi-libc's `openat` asks `path_open` and gets `EROFS` (a read-only file system)
+        // rather than refusing by itself with `ENOTCAPABLE`.
+        Entry::Dir { .. } => abi::fdstat(filetype::DIRECTORY, 0, rights::DIR, rights::ALL),
+        Entry::File { flags, .. } => {
+            abi::fdstat(filetype::REGULAR_FILE, *flags, rights::FILE, rights::FILE)
+        }
+    };
+    memory::write(mem, out, &stat)
+}
+
+/// Files only, as in wasmtime; the synchronous-I/O flags cannot be set afterwards (`EINVAL`).
+pub(crate) fn fd_fdstat_set_flags(files: &mut Files, fd: u32, flags: u32) -> Result<(), Errno> {
+    let new = abi::flags(flags, fdflags::ALL)?;
+    match files.get_mut(fd)? {
+        Entry::File { flags, .. } => {
+            if new & (fdflags::DSYNC | fdflags::RSYNC | fdflags::SYNC) != 0 {
+                return Err(Errno::Inval);
+            }
+            *flags = new;
+            Ok(())
+        }
+        _ => Err(Errno::Badf),
+    }
+}
+
+/// Rights cannot be changed, as in wasmtime.
+pub(crate) fn fd_fdstat_set_rights(
+    files: &Files,
+    fd: u32,
+    base: u64,
+    inheriting: u64,
+) -> Result<(), Errno> {
+    rights::check(base)?;
+    rights::check(inheriting)?;
+    files.get(fd)?;
+    Err(Errno::Notsup)
+}
+
+/// The node an open file or directory refers to.
+fn node(entry: &Entry) -> Option<Node> {
+    match entry {
+        Entry::Dir { dir, .. } => Some(Node::Dir(dir.clone())),
+        Entry::File { file, .. } => Some(Node::File(file.clone())),
+        Entry::Stdin | Entry::Output(_) => None,
+    }
+}
+
+/// Stdio reports zeros and an `unknown` type, as wasmtime does for a stream that is no terminal.
+pub(crate) fn fd_filestat_get(
+    mem: &mut [u8],
+    files: &Files,
+    fd: u32,
+    out: u32,
+) -> Result<(), Errno> {
+    let stat = match node(files.get(fd)?) {
+        Some(node) => abi::filestat(node.ino(), node.filetype(), node.size()),
+        None => [0; 64],
+    };
+    memory::write(mem, out, &stat)
+}
+
+pub(crate) fn fd_filestat_set_times(files: &Files, fd: u32, flags: u32) -> Result<(), Errno> {
+    abi::flags(flags, abi::FSTFLAGS_ALL)?;
+    match files.get(fd)? {
+        Entry::Dir { .. } | Entry::File { .. } => Err(Errno::Rofs),
+        Entry::Stdin | Entry::Output(_) => Err(Errno::Badf),
+    }
+}
+
+/// Copies `data` from `offset` into the buffers in turn; how many bytes it copied.
+fn read_at(mem: &mut [u8], data: &[u8], offset: u64, iovs: &[(u32, u32)]) -> Result<u32, Errno> {
+    let mut rest = usize::try_from(offset)
+        .ok()
+        .and_then(|at| data.get(at..))
+        .unwrap_or_default();
+    let mut read = 0;
+    for &(ptr, len) in iovs {
+        if rest.is_empty() {
+            break;
+        }
+        let buf = memory::bytes_mut(mem, ptr, len)?;
+        let n = buf.len().min(rest.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        rest = &rest[n..];
+        // At most the buffers' total, which `memory::iovecs` keeps within `u32`.
+        read += n as u32;
+    }
+    Ok(read)
+}
+
+pub(crate) fn fd_read(
+    mem: &mut [u8],
+    files: &mut Files,
+    fd: u32,
+    iovs: u32,
+    iovs_len: u32,
+    out: u32,
+) -> Result<(), Errno> {
+    let entry = files.get_mut(fd)?;
+    let iovs = memory::iovecs(mem, iovs, iovs_len)?;
+    memory::check_out::<4>(mem, out)?;
+    let read = match entry {
+        Entry::Stdin => 0,
+        Entry::Output(_) => return Err(Errno::Badf),
+        Entry::Dir { .. } => return Err(Errno::Isdir),
+        Entry::File { file, offset, .. } => {
+            let read = read_at(mem, file.data(), *offset, &iovs)?;
+            *offset += u64::from(read);
+            read
+        }
+    };
+    memory::write_u32(mem, out, read)
+}
+
+pub(crate) fn fd_pread(
+    mem: &mut [u8],
+    files: &Files,
+    fd: u32,
+    iovs: u32,
+    iovs_len: u32,
+    offset: u64,
+    out: u32,
+) -> Result<(), Errno> {
+    let entry = files.get(fd)?;
+    let iovs = memory::iovecs(mem, iovs, iovs_len)?;
+    memory::check_out::<4>(mem, out)?;
+    let read = match entry {
+        Entry::Stdin | Entry::Output(_) => return Err(Errno::Spipe),
+        Entry::Dir { .. } => return Err(Errno::Isdir),
+        Entry::File { file, .. } => read_at(mem, file.data(), offset, &iovs)?,
+    };
+    memory::write_u32(mem, out, read)
+}
+
+/// Why `fd_write` failed: an error number for the guest, or the output limit, which traps.
+#[derive(Debug)]
+pub(crate) enum WriteError {
+    Errno(Errno),
+    Limit(OutputLimitReached),
+}
+
+impl From<Errno> for WriteError {
+    fn from(e: Errno) -> WriteError {
+        WriteError::Errno(e)
+    }
+}
+
+/// Stdout and stderr go to the store's sink; past the output limit the call traps, which ends
+/// the run as the output limit.
+pub(crate) fn fd_write(
+    mem: &mut [u8],
+    files: &Files,
+    fd: u32,
+    iovs: u32,
+    iovs_len: u32,
+    out: u32,
+) -> Result<(), WriteError> {
+    let entry = files.get(fd)?;
+    let iovs = memory::iovecs(mem, iovs, iovs_len)?;
+    memory::check_out::<4>(mem, out)?;
+    let Entry::Output(stream) = entry else {
+        return Err(Errno::Badf.into());
+    };
+    let mut written = 0;
+    for (ptr, len) in iovs.into_iter().filter(|&(_, len)| len > 0) {
+        let bytes = memory::bytes(mem, ptr, len)?;
+        files
+            .sink()
+            .write(*stream, bytes)
+            .map_err(WriteError::Limit)?;
+        written += len;
+    }
+    Ok(memory::write_u32(mem, out, written)?)
+}
+
+pub(crate) fn fd_pwrite(files: &Files, fd: u32) -> Result<(), Errno> {
+    match files.get(fd)? {
+        Entry::Stdin | Entry::Output(_) => Err(Errno::Spipe),
+        Entry::Dir { .. } | Entry::File { .. } => Err(Errno::Badf),
+    }
+}
+
+/// `EBADF` for any descriptor but a preopen: that is how wasi-libc's scan of the preopens,
+/// from 3 up, knows it is over.
+pub(crate) fn fd_prestat_get(
+    mem: &mut [u8],
+    files: &Files,
+    fd: u32,
+    out: u32,
+) -> Result<(), Errno> {
+    match files.get(fd)? {
+        Entry::Dir {
+            preopen: Some(path),
+            ..
+        } => memory::write(mem, out, &abi::prestat(path.len() as u32)),
+        _ => Err(Errno::Badf),
+    }
+}
+
+/// `ENOTDIR` for an open descriptor that is not a preopen, as wasmtime answers.
+pub(crate) fn fd_prestat_dir_name(
+    mem: &mut [u8],
+    files: &Files,
+    fd: u32,
+    ptr: u32,
+    len: u32,
+) -> Result<(), Errno> {
+    let Entry::Dir {
+        preopen: Some(path),
+        ..
+    } = files.get(fd)?
+    else {
+        return Err(Errno::Notdir);
+    };
+    if path.len() > len as usize {
+        return Err(Errno::Nametoolong);
+    }
+    memory::write(mem, ptr, path.as_bytes())
+}
+
+/// Lists a directory from `cookie` on (0 is its start, each entry's `d_next` the cookie of the
+/// next) as 24-byte headers each followed by a name, cutting the last one where the buffer
+/// ends: a full buffer is how the caller knows to ask again.
+pub(crate) fn fd_readdir(
+    mem: &mut [u8],
+    files: &Files,
+    fd: u32,
+    buf: u32,
+    buf_len: u32,
+    cookie: u64,
+    out: u32,
+) -> Result<(), Errno> {
+    let dir = files.dir(fd)?;
+    memory::check_out::<4>(mem, out)?;
+    let area = memory::bytes_mut(mem, buf, buf_len)?;
+    let mut used = 0;
+    let first = usize::try_from(cookie).unwrap_or(usize::MAX);
+    let mut index = first;
+    while let Some((name, ino, kind)) = dir.listing(index) {
+        index += 1;
+        let header = abi::dirent(index as u64, ino, name.len() as u32, kind);
+        for part in [&header[..], name.as_bytes()] {
+            let n = part.len().min(area.len() - used);
+            area[used..used + n].copy_from_slice(&part[..n]);
+            used += n;
+        }
+        if used == area.len() {
+            break;
+        }
+    }
+    memory::write_u32(mem, out, used as u32)
+}
+
+pub(crate) fn fd_renumber(files: &mut Files, from: u32, to: u32) -> Result<(), Errno> {
+    files.renumber(from, to)
+}
+
+/// Offsets past the end are allowed (reads there find nothing); past `i64::MAX`, which the
+/// guest's `off_t` cannot hold, they are `EINVAL`.
+pub(crate) fn fd_seek(
+    mem: &mut [u8],
+    files: &mut Files,
+    fd: u32,
+    delta: i64,
+    whence: u32,
+    out: u32,
+) -> Result<(), Errno> {
+    let entry = files.get_mut(fd)?;
+    memory::check_out::<8>(mem, out)?;
+    let (file, offset) = match entry {
+        Entry::File { file, offset, .. } => (file, offset),
+        Entry::Stdin | Entry::Output(_) => return Err(Errno::Spipe),
+        Entry::Dir { .. } => return Err(Errno::Badf),
+    };
+    let from = match u8::try_from(whence) {
+        Ok(whence::SET) => 0,
+        Ok(whence::CUR) => *offset,
+        Ok(whence::END) => file.data().len() as u64,
+        _ => return Err(Errno::Inval),
+    };
+    let new = from
+        .checked_add_signed(delta)
+        .filter(|n| i64::try_from(*n).is_ok())
+        .ok_or(Errno::Inval)?;
+    *offset = new;
+    memory::write_u64(mem, out, new)
+}
+
+pub(crate) fn fd_tell(mem: &mut [u8], files: &Files, fd: u32, out: u32) -> Result<(), Errno> {
+    match files.get(fd)? {
+        Entry::File { offset, .. } => memory::write_u64(mem, out, *offset),
+        Entry::Stdin | Entry::Output(_) => Err(Errno::Spipe),
+        Entry::Dir { .. } => Err(Errno::Badf),
+    }
+}
