@@ -4,6 +4,7 @@
 mod fd;
 mod linker;
 mod path;
+mod stdio;
 
 use std::sync::Arc;
 
