@@ -280,8 +280,7 @@ pub(crate) fn fd_readdir(
     memory::check_out::<4>(mem, out)?;
     let area = memory::bytes_mut(mem, buf, buf_len)?;
     let mut used = 0;
-    let first = usize::try_from(cookie).unwrap_or(usize::MAX);
-    let mut index = first;
+    let mut index = usize::try_from(cookie).unwrap_or(usize::MAX);
     while let Some((name, ino, kind)) = dir.listing(index) {
         index += 1;
         let header = abi::dirent(index as u64, ino, name.len() as u32, kind);
