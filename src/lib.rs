@@ -7,6 +7,8 @@
 //! guest on disk) → [`sandbox`] (loading and linking; the host side of the protocol; one instance
 //! and its call) → [`outcome`] (how a call ended, and bounding what it hands back) + [`output`]
 //! (the captured streams) → [`session`] (an instance kept across calls, with rollback).
+//! [`cpython`] installs and finds the second engine's artifacts (CPython from PyPI) in the cache
+//! directory.
 //!
 //! The front ends sit behind default cargo features: `sandbox-run` (`cli`) and `safe-python-mcp`
 //! (`mcp`), sharing `flags`. Without them the crate is the library alone.
@@ -14,6 +16,7 @@
 pub mod cache;
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod cpython;
 mod embedded;
 pub mod engine;
 #[cfg(any(feature = "cli", feature = "mcp"))]

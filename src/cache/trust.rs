@@ -210,6 +210,29 @@ pub(crate) fn random_name(prefix: &str, infix: &str) -> io::Result<String> {
     Ok(format!("{prefix}{infix}{:032x}", u128::from_le_bytes(bits)))
 }
 
+/// Creates the directory `name` in `dir`, 0700 and exclusively (an existing name, a link
+/// included, is an error), and opens it.
+pub(crate) fn create_private_dir(dir: &Dir, name: &str) -> Result<Dir, Distrust> {
+    let mut builder = cap_std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    cap_std::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    dir.create_dir_with(name, &builder)?;
+    open_subdir(dir, name)
+}
+
+/// Opens the directory `name` in `dir` without following a symbolic link, and checks it is this
+/// user's and that nobody else can write to it.
+pub(crate) fn open_subdir(dir: &Dir, name: &str) -> Result<Dir, Distrust> {
+    let sub = dir
+        .open_dir_nofollow(name)
+        .map_err(|e| match dir.symlink_metadata(name) {
+            Ok(meta) if meta.is_symlink() => Distrust::Symlink,
+            _ => Distrust::Io(e),
+        })?;
+    check_owner(&sub.dir_metadata()?, Private::Writes)?;
+    Ok(sub)
+}
+
 /// Takes the lock file `name` in `dir`, waiting while another process holds it. Held until the
 /// returned file is dropped.
 pub(crate) fn lock(dir: &Dir, name: &str) -> Result<std::fs::File, Distrust> {
