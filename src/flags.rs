@@ -1,12 +1,16 @@
 //! The sandbox flags both binaries share (`sandbox-run` and `safe-python-mcp`), each also settable
 //! through an environment variable; their mapping onto [`Limits`] and [`ImportPolicy`]; and the
-//! sandbox they describe, opened the same way by both, with the same words for its first compile.
+//! sandbox they describe, opened the same way by both, with the same words for its first compile;
+//! and how both draw the CPython engine's install.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use indicatif::{ProgressBar, ProgressStyle};
+
 use crate::cache::CACHE_DIR_ENV;
+use crate::cpython::{Progress, Stage};
 use crate::limits::Limits;
 use crate::policy::{ImportPolicy, validate_module_name};
 use crate::sandbox::{RunOptions, Sandbox, SandboxError, SandboxOptions};
@@ -105,6 +109,44 @@ pub fn log_compile_notice(entry: Option<&Path>) {
     tracing::info!("{}", cache_notice(entry));
 }
 
+/// An install stage's bar: `{prefix}` is the program, `{msg}` the stage.
+const INSTALL_BAR: &str =
+    "{prefix:.cyan.bold}: {msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})";
+
+/// Draws the CPython engine's install ([`crate::cpython::fetch`] and friends) on stderr, so that a
+/// 98 MB download never looks like a hang: a bar per stage on a terminal (indicatif, left on the
+/// screen once full), and elsewhere (a pipe, a log, CI) one plain line per stage.
+pub fn install_progress(program: &'static str) -> impl FnMut(Progress) {
+    let mut current: Option<(Stage, ProgressBar)> = None;
+    move |progress: Progress| {
+        if current
+            .as_ref()
+            .is_none_or(|(stage, _)| *stage != progress.stage)
+        {
+            let style = ProgressStyle::with_template(INSTALL_BAR)
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
+            let bar = ProgressBar::new(progress.total)
+                .with_style(style)
+                .with_prefix(program)
+                .with_message(progress.stage.to_string());
+            if bar.is_hidden() {
+                eprintln!(
+                    "{program}: {} ({} MB)",
+                    progress.stage,
+                    progress.total.div_ceil(1_000_000)
+                );
+            }
+            current = Some((progress.stage, bar));
+        }
+        if let Some((_, bar)) = &current {
+            bar.set_position(progress.done);
+            if progress.done >= progress.total {
+                bar.finish();
+            }
+        }
+    }
+}
+
 fn allow_help() -> String {
     format!(
         "Also allow importing these modules (comma-separated, repeatable; an empty value adds none), \
@@ -189,6 +231,11 @@ mod tests {
             )),
             "the README's default allowlist differs from ImportPolicy::DEFAULT_ALLOWED"
         );
+    }
+
+    #[test]
+    fn the_install_bar_template_is_valid() {
+        ProgressStyle::with_template(INSTALL_BAR).unwrap();
     }
 
     #[test]

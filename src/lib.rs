@@ -7,6 +7,8 @@
 //! guest on disk) → [`sandbox`] (loading and linking; the host side of the protocol; one instance
 //! and its call) → [`outcome`] (how a call ended, and bounding what it hands back) + [`output`]
 //! (the captured streams) → [`session`] (an instance kept across calls, with rollback).
+//! [`cpython`] installs and finds the second engine's artifacts (CPython from PyPI) in the cache
+//! directory.
 //! `vfs` is an in-memory, read-only file system for WASI guests, which a guest that must read
 //! files (CPython's standard library) gets instead of any host directory.
 //!
@@ -16,6 +18,7 @@
 pub mod cache;
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod cpython;
 mod embedded;
 pub mod engine;
 #[cfg(any(feature = "cli", feature = "mcp"))]

@@ -19,18 +19,20 @@
 //! file keeps concurrent first runs (a test suite starting many processes at once) from compiling
 //! the same module side by side.
 
-mod trust;
+pub(crate) mod trust;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use cap_std::fs::{Dir, OpenOptions};
+use cap_std::fs::Dir;
 use wasmtime::{Engine, Module};
 
 use trust::{
-    Distrust, Private, create_temporary, key, open_checked, open_dir, read_only, set_private_mode,
+    Private, create_temporary, key, lock, open_checked, open_dir, read_only, remove_stale,
 };
+
+pub use trust::Distrust;
 
 /// Environment variable that overrides where compiled modules are kept.
 pub const CACHE_DIR_ENV: &str = "SAFE_PYTHON_CACHE_DIR";
@@ -44,7 +46,7 @@ const TRAILER_LEN: usize = blake3::OUT_LEN + TRAILER_TAG.len();
 /// Domain separation for the MAC key of one binding (BLAKE3 wants a fixed, unique context string).
 const MAC_CONTEXT: &str = "safe-python-executor 2026-12 compiled-module cache entry MAC";
 /// Between an entry's name and the random part of its temporaries' names.
-const TEMPORARY_INFIX: &str = ".tmp-";
+pub(crate) const TEMPORARY_INFIX: &str = ".tmp-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -239,31 +241,13 @@ impl Cache {
 
     /// Takes the entry's lock file, waiting while another process holds it (it is compiling).
     fn lock(&self) -> Result<std::fs::File, Distrust> {
-        let name = format!("{}.lock", self.name);
-        let mut options = OpenOptions::new();
-        options.read(true).write(true).create(true);
-        set_private_mode(&mut options);
-        let lock = open_checked(&self.dir, &name, &options, Private::Writes)
-            .map_err(|why| why.in_file(&name))?
-            .into_std();
-        lock.lock()?;
-        Ok(lock)
+        lock(&self.dir, &format!("{}.lock", self.name))
     }
 
     /// Removes what a process killed while writing the entry left behind. Temporaries are only
     /// written under the entry's lock, which the caller holds, so none belongs to a live writer.
     fn remove_stale_temporaries(&self) {
-        let prefix = format!("{}{TEMPORARY_INFIX}", self.name);
-        let Ok(entries) = self.dir.entries() else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            if name.to_string_lossy().starts_with(&prefix) {
-                // Removes the name itself, never what a symbolic link points to.
-                let _ = self.dir.remove_file(&name);
-            }
-        }
+        remove_stale(&self.dir, &format!("{}{TEMPORARY_INFIX}", self.name));
     }
 
     /// Writes the compiled module and its MAC under a temporary name, then renames it into place.

@@ -1,5 +1,7 @@
 //! Whether the cache directory and the files in it can be trusted: opened without following
-//! symbolic links, owned by this user, writable by nobody else; the MAC key; temporary files.
+//! symbolic links, owned by this user, writable by nobody else; the MAC key; temporary files and
+//! directories, locks, and what killed writers leave behind. Shared with [`crate::cpython`], which
+//! installs the CPython engine's artifacts into the same directory under the same rules.
 
 use std::io::{self, Read, Write};
 use std::path::Path;
@@ -12,7 +14,7 @@ use super::{KEY_FILE, KEY_LEN, TEMPORARY_INFIX};
 
 /// Why the cache directory, or a file in it, is not trusted.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum Distrust {
+pub enum Distrust {
     #[error("it is a symbolic link")]
     Symlink,
     #[error("it is not a {0}")]
@@ -40,11 +42,11 @@ pub(super) enum Distrust {
 }
 
 impl Distrust {
-    pub(super) fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, Distrust::Io(e) if e.kind() == io::ErrorKind::NotFound)
     }
 
-    pub(super) fn in_file(self, file: &str) -> Distrust {
+    pub(crate) fn in_file(self, file: &str) -> Distrust {
         Distrust::In {
             file: file.to_owned(),
             why: Box::new(self),
@@ -54,7 +56,7 @@ impl Distrust {
 
 /// Who may write a file or directory of the cache, besides its owner.
 #[derive(Clone, Copy)]
-pub(super) enum Private {
+pub(crate) enum Private {
     /// Nobody else may write it (the directory, entries, the lock).
     Writes,
     /// Nobody else may read or write it (the key).
@@ -62,7 +64,7 @@ pub(super) enum Private {
 }
 
 /// Opens (creating it 0700 if missing) the cache directory, and checks that it can be trusted.
-pub(super) fn open_dir(path: &Path) -> Result<Dir, Distrust> {
+pub(crate) fn open_dir(path: &Path) -> Result<Dir, Distrust> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
@@ -91,7 +93,7 @@ pub(super) fn open_dir(path: &Path) -> Result<Dir, Distrust> {
 
 /// Opens `name` in `dir` without following a symbolic link, and checks it is a regular file of this
 /// user's that others cannot write (nor read, for `Private::Everything`).
-pub(super) fn open_checked(
+pub(crate) fn open_checked(
     dir: &Dir,
     name: &str,
     options: &OpenOptions,
@@ -113,13 +115,13 @@ pub(super) fn open_checked(
     Ok(file)
 }
 
-pub(super) fn read_only() -> OpenOptions {
+pub(crate) fn read_only() -> OpenOptions {
     let mut options = OpenOptions::new();
     options.read(true);
     options
 }
 
-pub(super) fn set_private_mode(options: &mut OpenOptions) {
+pub(crate) fn set_private_mode(options: &mut OpenOptions) {
     #[cfg(unix)]
     cap_std::fs::OpenOptionsExt::mode(options, 0o600);
     #[cfg(not(unix))]
@@ -128,7 +130,7 @@ pub(super) fn set_private_mode(options: &mut OpenOptions) {
 
 /// Refuses what this user does not own, and what others may write (or read, if `Everything`).
 #[cfg(unix)]
-pub(super) fn check_owner(meta: &Metadata, private: Private) -> Result<(), Distrust> {
+pub(crate) fn check_owner(meta: &Metadata, private: Private) -> Result<(), Distrust> {
     use cap_std::fs::MetadataExt;
     let user = rustix::process::geteuid().as_raw();
     if meta.uid() != user {
@@ -151,7 +153,7 @@ pub(super) fn check_owner(meta: &Metadata, private: Private) -> Result<(), Distr
 /// Elsewhere the user's cache directory is private to the user through its ACL, which is not
 /// checked here; the symbolic-link refusals and the MAC still apply.
 #[cfg(not(unix))]
-pub(super) fn check_owner(_: &Metadata, _: Private) -> Result<(), Distrust> {
+pub(crate) fn check_owner(_: &Metadata, _: Private) -> Result<(), Distrust> {
     Ok(())
 }
 
@@ -190,19 +192,78 @@ pub(super) fn create_key(dir: &Dir) -> Result<(), Distrust> {
     Ok(linked?)
 }
 
-/// Creates `<prefix>.tmp-<128 random bits>`, exclusively (so never through a link) and 0600.
-pub(super) fn create_temporary(dir: &Dir, prefix: &str) -> io::Result<(String, File)> {
-    let mut bits = [0u8; 16];
-    random(&mut bits)?;
-    let name = format!(
-        "{prefix}{TEMPORARY_INFIX}{:032x}",
-        u128::from_le_bytes(bits)
-    );
+/// Creates `<prefix>.tmp-<128 random bits>`, exclusively (so never through a link) and 0600, open
+/// for writing and for reading back what was written.
+pub(crate) fn create_temporary(dir: &Dir, prefix: &str) -> io::Result<(String, File)> {
+    let name = random_name(prefix, TEMPORARY_INFIX)?;
     let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
+    options.read(true).write(true).create_new(true);
     set_private_mode(&mut options);
     let file = dir.open_with(&name, &options)?;
     Ok((name, file))
+}
+
+/// `<prefix><infix><128 random bits>`: a name no other writer picks.
+pub(crate) fn random_name(prefix: &str, infix: &str) -> io::Result<String> {
+    let mut bits = [0u8; 16];
+    random(&mut bits)?;
+    Ok(format!("{prefix}{infix}{:032x}", u128::from_le_bytes(bits)))
+}
+
+/// Creates the directory `name` in `dir`, 0700 and exclusively (an existing name, a link
+/// included, is an error), and opens it.
+pub(crate) fn create_private_dir(dir: &Dir, name: &str) -> Result<Dir, Distrust> {
+    let mut builder = cap_std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    cap_std::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    dir.create_dir_with(name, &builder)?;
+    open_subdir(dir, name)
+}
+
+/// Opens the directory `name` in `dir` without following a symbolic link, and checks it is this
+/// user's and that nobody else can write to it.
+pub(crate) fn open_subdir(dir: &Dir, name: &str) -> Result<Dir, Distrust> {
+    let sub = dir
+        .open_dir_nofollow(name)
+        .map_err(|e| match dir.symlink_metadata(name) {
+            Ok(meta) if meta.is_symlink() => Distrust::Symlink,
+            _ => Distrust::Io(e),
+        })?;
+    check_owner(&sub.dir_metadata()?, Private::Writes)?;
+    Ok(sub)
+}
+
+/// Takes the lock file `name` in `dir`, waiting while another process holds it. Held until the
+/// returned file is dropped.
+pub(crate) fn lock(dir: &Dir, name: &str) -> Result<std::fs::File, Distrust> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).create(true);
+    set_private_mode(&mut options);
+    let lock = open_checked(dir, name, &options, Private::Writes)
+        .map_err(|why| why.in_file(name))?
+        .into_std();
+    lock.lock()?;
+    Ok(lock)
+}
+
+/// Removes every file and directory in `dir` whose name starts with `prefix`: what a process killed
+/// while writing left behind. Only call it under the lock its writers take, so that none of them
+/// belongs to a live writer. Best effort: what cannot be removed stays, and is never read.
+pub(crate) fn remove_stale(dir: &Dir, prefix: &str) {
+    let Ok(entries) = dir.entries() else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with(prefix) {
+            continue;
+        }
+        // A link is removed itself, never what it points to.
+        let _ = match entry.file_type() {
+            Ok(kind) if kind.is_dir() => dir.remove_dir_all(&name),
+            _ => dir.remove_file(&name),
+        };
+    }
 }
 
 pub(super) fn random(bytes: &mut [u8]) -> io::Result<()> {
