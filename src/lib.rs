@@ -31,14 +31,6 @@ pub mod output;
 pub mod policy;
 pub mod sandbox;
 pub mod session;
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        unused_imports,
-        reason = "the CPython engine, which serves its files from it, comes next"
-    )
-)]
 pub(crate) mod vfs;
 
 pub use cache::Prepared;

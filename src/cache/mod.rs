@@ -104,16 +104,27 @@ fn binding(engine: &Engine, wasm_sha256: &str) -> String {
 /// Loads the compiled guest from `dir`, or compiles it (calling `on_compile` first, since that takes
 /// a while) and stores it there. An unusable or untrusted cache directory is not fatal: the module
 /// is then compiled in memory, with a warning.
+/// The module to compile: embedded bytes, or a file read only if it must be compiled.
+#[derive(Clone, Copy)]
+pub enum Wasm<'a> {
+    Bytes(&'a [u8]),
+    File(&'a Path),
+}
+
 pub fn load_or_compile(
     engine: &Engine,
-    wasm: &[u8],
+    wasm: Wasm<'_>,
     wasm_sha256: &str,
     dir: Option<&Path>,
     on_compile: &mut dyn FnMut(Option<&Path>),
 ) -> Result<(Module, Prepared), CacheError> {
     let mut compile = |entry: Option<&Path>| {
         on_compile(entry);
-        Module::new(engine, wasm).map_err(CacheError::Compile)
+        match wasm {
+            Wasm::Bytes(bytes) => Module::new(engine, bytes),
+            Wasm::File(path) => Module::from_file(engine, path),
+        }
+        .map_err(CacheError::Compile)
     };
     let Some(path) = dir else {
         return Ok((compile(None)?, Prepared::CompiledUncached));

@@ -13,7 +13,7 @@ use crate::cache::trust::{Private, open_checked, open_dir, open_subdir, read_onl
 use crate::cache::{CACHE_DIR_ENV, Distrust};
 
 /// How a user gets the artifacts, said wherever they are missing or damaged.
-fn install_hint() -> String {
+pub(crate) fn install_hint() -> String {
     format!(
         "install them with `safe-python-mcp --engine cpython --check` (a {} MB download), or from \
          a wheel you downloaded with --cpython-wheel PATH",

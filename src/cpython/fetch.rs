@@ -113,7 +113,7 @@ fn download(
 
 /// The HTTP client for one download. The pinned URL is `https`, and then so must every redirect be,
 /// and the proxy comes from the environment. Plain `http` is only for the tests, which serve the
-/// loopback interface: no proxy then.
+/// loopback interface: no proxy then. Certificates are checked against the platform's trust store.
 fn agent(url: &str) -> ureq::Agent {
     let https = url.starts_with("https://");
     ureq::Agent::config_builder()
@@ -123,6 +123,13 @@ fn agent(url: &str) -> ureq::Agent {
         .timeout_recv_response(Some(RESPONSE_TIMEOUT))
         .timeout_per_read(Some(READ_TIMEOUT))
         .user_agent(concat!("safe-python-executor/", env!("CARGO_PKG_VERSION")))
+        // The system's trust store (and `SSL_CERT_FILE`), not a built-in list: behind a proxy that
+        // inspects TLS with its own certificate authority, the download still verifies.
+        .tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::PlatformVerifier)
+                .build(),
+        )
         .build()
         .new_agent()
 }

@@ -18,6 +18,7 @@ mod artifacts;
 mod fetch;
 mod install;
 mod pins;
+mod stdlib;
 
 pub use artifacts::{Artifacts, ArtifactsError, Mismatch, Progress, Stage};
 #[cfg(feature = "fetch")]

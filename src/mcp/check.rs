@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::cache::Prepared;
+use crate::engine::EngineKind;
 use crate::flags::{COMPILING, SandboxFlags, cache_notice};
 use crate::outcome::RunResult;
 use crate::session::Session;
@@ -11,6 +12,12 @@ use crate::session::Session;
 /// `--check`: the sandbox starts, runs code, refuses an import, stops an endless loop, and keeps a
 /// session's state through a stopped call.
 pub(super) async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
+    if flags.engine == EngineKind::CPython {
+        // The one step that downloads it, when it is not installed yet.
+        let artifacts = flags.cpython_artifacts(true)?;
+        artifacts.verify(&mut |_| {})?;
+        println!("ok: the CPython engine is installed in {}", artifacts.dir().display());
+    }
     let sandbox = flags.open_sandbox(|entry| {
         eprintln!("safe-python-mcp: {COMPILING}");
         eprintln!("safe-python-mcp: {}", cache_notice(entry));

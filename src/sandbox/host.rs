@@ -10,13 +10,16 @@ use wasmtime::{Caller, Extern, Linker, Memory, Module, ResourceLimiter, Trap};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
 
-use super::SandboxError;
+use super::{Guest, SandboxError};
+use crate::vfs::Files;
 use crate::outcome::classify::HostRecords;
 use crate::output::{OutputSink, Stream};
 use crate::policy::ImportPolicy;
 
 pub(crate) struct HostState {
     pub(super) wasi: WasiP1Ctx,
+    /// The CPython engine's in-memory files and stdio ([`crate::vfs`]).
+    pub(super) files: Files,
     /// Where the guest's stdout and stderr go; [`WasiP1Ctx`] holds its streams.
     pub(super) sink: OutputSink,
     pub(super) limiter: MemoryLimiter,
@@ -34,14 +37,22 @@ pub(crate) struct HostState {
 }
 
 impl HostState {
-    pub(super) fn new() -> HostState {
+    pub(super) fn new(guest: &Guest) -> HostState {
         let sink = OutputSink::default();
+        // The CPython engine's file calls, stdio included, are served from memory; the
+        // RustPython guest's go to WASI with nothing behind it.
+        let preopens = match guest {
+            Guest::CPython(stdlib) => &stdlib.preopens[..],
+            Guest::RustPython => &[],
+        };
+        let files = Files::new(sink.clone(), preopens.iter().cloned());
         let wasi = WasiCtxBuilder::new()
             .stdout(sink.stream(Stream::Stdout))
             .stderr(sink.stream(Stream::Stderr))
             .build_p1();
         HostState {
             wasi,
+            files,
             sink,
             limiter: MemoryLimiter::default(),
             request: Vec::new(),
@@ -51,6 +62,27 @@ impl HostState {
             report_limit: protocol::MAX_REPORT_BYTES,
             report_too_large: None,
             protocol_fault: None,
+        }
+    }
+
+    /// Whether user code may import `name` (raw bytes from the guest): a module name, in UTF-8,
+    /// that the policy allows.
+    pub(super) fn import_allowed(&self, name: &[u8]) -> bool {
+        std::str::from_utf8(name)
+            .is_ok_and(|n| protocol::is_module_name(n) && self.policy.allows(n))
+    }
+
+    /// Whether a report of `len` bytes is to be read. A second report is a protocol fault and
+    /// one over the call's limit is recorded as too large; neither is read.
+    pub(super) fn report_fits(&mut self, len: u32) -> bool {
+        if self.report.is_some() || self.report_too_large.is_some() {
+            self.protocol_fault = Some("the guest reported twice".into());
+            false
+        } else if len > self.report_limit {
+            self.report_too_large = Some(len);
+            false
+        } else {
+            true
         }
     }
 
@@ -135,7 +167,7 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
-fn memory(caller: &mut Caller<'_, HostState>) -> wasmtime::Result<Memory> {
+pub(super) fn memory(caller: &mut Caller<'_, HostState>) -> wasmtime::Result<Memory> {
     match caller.get_export("memory") {
         Some(Extern::Memory(m)) => Ok(m),
         _ => wasmtime::bail!("the guest exports no memory"),
@@ -143,7 +175,7 @@ fn memory(caller: &mut Caller<'_, HostState>) -> wasmtime::Result<Memory> {
 }
 
 /// Copies `len` bytes at `ptr` out of the guest, refusing lengths over `max`.
-fn read_guest(
+pub(super) fn read_guest(
     caller: &mut Caller<'_, HostState>,
     ptr: i32,
     len: i32,
@@ -234,28 +266,23 @@ pub(super) fn add_protocol_to_linker(linker: &mut Linker<HostState>) -> wasmtime
         M,
         imports::IMPORT_ALLOWED,
         |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
-            // A name too long to be one, or not UTF-8, is refused rather than read: an
-            // `ImportError` for the code, not a trap.
+            // A name too long to be one is refused rather than read: an `ImportError` for the
+            // code, not a trap.
             if !u32::try_from(len).is_ok_and(|l| l <= protocol::MAX_MODULE_NAME_BYTES) {
                 return Ok(0);
             }
             let name = read_guest(&mut caller, ptr, len, protocol::MAX_MODULE_NAME_BYTES)?;
-            let allowed = std::str::from_utf8(&name)
-                .is_ok_and(|n| protocol::is_module_name(n) && caller.data().policy.allows(n));
-            Ok(i32::from(allowed))
+            Ok(i32::from(caller.data().import_allowed(&name)))
         },
     )?;
     linker.func_wrap(
         M,
         imports::REPORT,
         |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
-            let state = caller.data();
-            let limit = state.report_limit;
-            if state.report.is_some() || state.report_too_large.is_some() {
-                caller.data_mut().protocol_fault = Some("the guest reported twice".into());
-            } else if u32::try_from(len).is_ok_and(|l| l > limit) {
-                caller.data_mut().report_too_large = Some(len as u32);
-            } else {
+            // A negative length is read, and refused by `read_guest` as a protocol fault.
+            let fits = u32::try_from(len).map_or(true, |l| caller.data_mut().report_fits(l));
+            if fits {
+                let limit = caller.data().report_limit;
                 match read_guest(&mut caller, ptr, len, limit) {
                     Ok(bytes) => caller.data_mut().report = Some(bytes),
                     Err(e) => caller.data_mut().protocol_fault = Some(format!("{e:#}")),

@@ -7,7 +7,7 @@ use safe_python_protocol::{self as protocol, Request};
 use wasmtime::{Memory, Store, TypedFunc};
 
 use super::host::{HostState, MemoryLimiter};
-use super::{RunOptions, Sandbox, SandboxError};
+use super::{Guest, RunOptions, Sandbox, SandboxError, door};
 use crate::outcome::{Limit, Outcome, RunResult, Stats, classify};
 
 /// An instance of the guest in a store of its own. A fresh run uses one for one call; a session
@@ -19,8 +19,22 @@ pub(crate) struct Instance {
 
 #[derive(Clone)]
 struct Exports {
-    run: TypedFunc<(), ()>,
+    entry: Entry,
     memory: Memory,
+}
+
+/// How a call enters the guest.
+#[derive(Clone)]
+enum Entry {
+    /// The RustPython guest's `run` export, which fetches its request through the protocol.
+    Run(TypedFunc<(), ()>),
+    /// The CPython reactor runs source text a turn at a time: first the driver, then one turn
+    /// per call, which fetches its request through the door.
+    Turn {
+        turn: TypedFunc<(i32, i32), i32>,
+        alloc: TypedFunc<i32, i32>,
+        driver_installed: bool,
+    },
 }
 
 /// How one call of an [`Instance`] went.
@@ -37,7 +51,7 @@ const WASM_PAGE: u64 = 64 << 10;
 impl Instance {
     /// A store with nothing in it yet: each call sets its own limits.
     pub(crate) fn new(sandbox: &Sandbox) -> Instance {
-        let mut store = Store::new(&sandbox.engine, HostState::new());
+        let mut store = Store::new(&sandbox.engine, HostState::new(&sandbox.guest));
         store.limiter(|s| &mut s.limiter);
         Instance {
             store,
@@ -51,11 +65,75 @@ impl Instance {
         if let Ok(init) = instance.get_typed_func::<(), ()>(&mut self.store, "_initialize") {
             init.call_async(&mut self.store, ()).await?;
         }
-        let run = instance.get_typed_func::<(), ()>(&mut self.store, protocol::exports::RUN)?;
+        let entry = match sandbox.guest {
+            Guest::RustPython => Entry::Run(instance.get_typed_func(&mut self.store, protocol::exports::RUN)?),
+            Guest::CPython(_) => Entry::Turn {
+                turn: instance.get_typed_func(&mut self.store, door::TURN)?,
+                alloc: instance.get_typed_func(&mut self.store, door::ALLOC)?,
+                driver_installed: false,
+            },
+        };
         let memory = instance
             .get_memory(&mut self.store, "memory")
             .ok_or_else(|| wasmtime::format_err!("the guest exports no memory"))?;
-        Ok(self.exports.insert(Exports { run, memory }).clone())
+        Ok(self.exports.insert(Exports { entry, memory }).clone())
+    }
+
+    /// Enters the guest for one call.
+    async fn enter(&mut self, sandbox: &Sandbox) -> wasmtime::Result<()> {
+        let exports = match &self.exports {
+            Some(exports) => exports.clone(),
+            None => self.instantiate(sandbox).await?,
+        };
+        match exports.entry {
+            Entry::Run(run) => run.call_async(&mut self.store, ()).await,
+            Entry::Turn {
+                turn,
+                alloc,
+                driver_installed,
+            } => {
+                if !driver_installed {
+                    let status = self
+                        .turn(turn.clone(), alloc.clone(), exports.memory, protocol::cpython::DRIVER)
+                        .await?;
+                    if status != 0 {
+                        wasmtime::bail!(
+                            "the CPython engine's driver failed to start (status {status}); \
+                             its stderr says why"
+                        );
+                    }
+                    if let Some(Exports {
+                        entry: Entry::Turn { driver_installed, .. },
+                        ..
+                    }) = &mut self.exports
+                    {
+                        *driver_installed = true;
+                    }
+                }
+                // A failed turn sends no report, which is how the call is judged.
+                self.turn(turn, alloc, exports.memory, protocol::cpython::RUN_TURN)
+                    .await
+                    .map(drop)
+            }
+        }
+    }
+
+    /// One turn of the reactor: `source` copied into memory it allocates, then run; its exit
+    /// status (0 when the source ran without an uncaught exception, which it prints on stderr).
+    async fn turn(
+        &mut self,
+        turn: TypedFunc<(i32, i32), i32>,
+        alloc: TypedFunc<i32, i32>,
+        memory: Memory,
+        source: &str,
+    ) -> wasmtime::Result<i32> {
+        let len = i32::try_from(source.len())?;
+        let at = alloc.call_async(&mut self.store, len).await?;
+        if at == 0 {
+            wasmtime::bail!("the guest could not allocate {len} bytes for a turn");
+        }
+        memory.write(&mut self.store, at as u32 as usize, source.as_bytes())?;
+        turn.call_async(&mut self.store, (at, len)).await
     }
 
     /// The instance's linear memory; `None` before its first call.
@@ -92,6 +170,18 @@ impl Instance {
             memory
                 .write(&mut instance.store, offset, bytes)
                 .map_err(|e| SandboxError::Setup(e.into()))?;
+        }
+        // Memory restored from an instance comes from one that completed a call, so the CPython
+        // driver is part of it.
+        if len > 0
+            && let Some(Exports {
+                entry: Entry::Turn {
+                    driver_installed, ..
+                },
+                ..
+            }) = &mut instance.exports
+        {
+            *driver_installed = true;
         }
         Ok(instance)
     }
@@ -139,14 +229,7 @@ impl Instance {
         self.store.epoch_deadline_async_yield_and_update(1);
 
         let started = Instant::now();
-        let ended = tokio::time::timeout(limits.timeout, async {
-            let exports = match &self.exports {
-                Some(exports) => exports.clone(),
-                None => self.instantiate(sandbox).await?,
-            };
-            exports.run.call_async(&mut self.store, ()).await
-        })
-        .await;
+        let ended = tokio::time::timeout(limits.timeout, self.enter(sandbox)).await;
         let wall = started.elapsed();
 
         let fuel_left = self.store.get_fuel().unwrap_or(0);

@@ -6,6 +6,7 @@
 //! of `safe-python-protocol` ([`host`]) are the only other way out, and each bounds what it reads.
 //! How a call ended is [`crate::outcome`]'s to say, from the trap and the host's records.
 
+mod door;
 mod host;
 mod instance;
 
@@ -16,7 +17,9 @@ use tokio::sync::OnceCell;
 use wasmtime::{Engine, InstancePre, Linker, Module};
 use wasmtime_wasi::p1;
 
-use crate::cache::{self, CacheError, Prepared};
+use crate::cache::{self, CacheError, Prepared, Wasm};
+use crate::cpython::{Artifacts, ArtifactsError, PINNED, install_hint, Stdlib, StdlibError};
+use crate::engine::EngineKind;
 use crate::limits::Limits;
 use crate::outcome::RunResult;
 use crate::output::OutputObserver;
@@ -38,6 +41,14 @@ pub enum SandboxError {
     Link(wasmtime::Error),
     #[error("cannot set up a run: {0:#}")]
     Setup(wasmtime::Error),
+    #[error(transparent)]
+    Stdlib(#[from] StdlibError),
+    #[error(transparent)]
+    Artifacts(#[from] ArtifactsError),
+    #[error("the CPython engine is not installed in {}: {}", .0.display(), install_hint())]
+    NotInstalled(PathBuf),
+    #[error("there is no cache directory to install the CPython engine into: choose one with --cache-dir or {}", cache::CACHE_DIR_ENV)]
+    NoCacheDir,
 }
 
 /// Called before the guest is compiled (it takes tens of seconds), with the cache entry's path.
@@ -59,12 +70,21 @@ pub struct RunOptions {
     pub observer: Option<OutputObserver>,
 }
 
+/// Which guest a sandbox runs, and what only that guest needs.
+#[derive(Clone)]
+pub(crate) enum Guest {
+    RustPython,
+    /// The reactor's standard library, served from memory to every instance.
+    CPython(Stdlib),
+}
+
 /// The compiled guest, ready to be instantiated any number of times, from any number of threads.
 #[derive(Clone)]
 pub struct Sandbox {
     engine: Engine,
     pre: InstancePre<HostState>,
     prepared: Prepared,
+    guest: Guest,
     /// A fresh instance, made when the first session needs it, that sessions compare their
     /// memory with. Never run; its memory is mapped from the compiled module, so it costs almost
     /// nothing.
@@ -72,43 +92,83 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Loads the embedded guest (from the compiled-module cache when it can).
-    pub fn new(mut options: SandboxOptions) -> Result<Sandbox, SandboxError> {
-        let engine = engine::new().map_err(SandboxError::Engine)?;
+    /// Loads the embedded RustPython guest (from the compiled-module cache when it can).
+    pub fn new(options: SandboxOptions) -> Result<Sandbox, SandboxError> {
+        let (engine, module, prepared) = Self::load(
+            EngineKind::RustPython,
+            Wasm::Bytes(embedded::WASM),
+            embedded::SHA256,
+            options,
+        )?;
+        Self::link(engine, module, prepared, Guest::RustPython)
+    }
+
+    /// Loads the CPython engine from its installed artifacts (see [`crate::cpython`]). The first
+    /// time, compiling its 100 MB module takes a minute or more; `options.on_compile` hears of it.
+    pub fn cpython(artifacts: &Artifacts, options: SandboxOptions) -> Result<Sandbox, SandboxError> {
+        let stdlib = Stdlib::load(&artifacts.stdlib())?;
+        let snapshot = artifacts.snapshot();
+        let (engine, module, prepared) = Self::load(
+            EngineKind::CPython,
+            Wasm::File(&snapshot),
+            PINNED.snapshot.sha256,
+            options,
+        )?;
+        Self::link(engine, module, prepared, Guest::CPython(stdlib))
+    }
+
+    fn load(
+        kind: EngineKind,
+        wasm: Wasm<'_>,
+        sha256: &str,
+        mut options: SandboxOptions,
+    ) -> Result<(Engine, Module, Prepared), SandboxError> {
+        let engine = engine::new(kind).map_err(SandboxError::Engine)?;
         let dir = options.cache_dir.take().or_else(cache::default_dir);
         let mut on_compile = options.on_compile.take();
-        let (module, prepared) = cache::load_or_compile(
-            &engine,
-            embedded::WASM,
-            embedded::SHA256,
-            dir.as_deref(),
-            &mut |p| {
+        let (module, prepared) =
+            cache::load_or_compile(&engine, wasm, sha256, dir.as_deref(), &mut |p| {
                 if let Some(f) = on_compile.as_mut() {
                     f(p)
                 }
-            },
-        )?;
-        Self::link(engine, module, prepared)
+            })?;
+        Ok((engine, module, prepared))
     }
 
     /// A sandbox around another guest module speaking this crate's protocol, compiled in memory and
     /// never cached: for checking how the host copes with a faulty or hostile guest.
     pub fn with_guest(wasm: &[u8]) -> Result<Sandbox, SandboxError> {
-        let engine = engine::new().map_err(SandboxError::Engine)?;
+        let engine = engine::new(EngineKind::RustPython).map_err(SandboxError::Engine)?;
         let module =
             Module::new(&engine, wasm).map_err(|e| SandboxError::Cache(CacheError::Compile(e)))?;
-        Self::link(engine, module, Prepared::CompiledUncached)
+        Self::link(engine, module, Prepared::CompiledUncached, Guest::RustPython)
     }
 
-    fn link(engine: Engine, module: Module, prepared: Prepared) -> Result<Sandbox, SandboxError> {
-        host::check_abi(&module)?;
+    fn link(
+        engine: Engine,
+        module: Module,
+        prepared: Prepared,
+        guest: Guest,
+    ) -> Result<Sandbox, SandboxError> {
         let mut linker = Linker::new(&engine);
         p1::add_to_linker_async(&mut linker, |s: &mut HostState| &mut s.wasi)
             .map_err(SandboxError::Link)?;
         linker.allow_shadowing(true);
         host::add_wasi_overrides_to_linker(&mut linker).map_err(SandboxError::Link)?;
-        linker.allow_shadowing(false);
-        host::add_protocol_to_linker(&mut linker).map_err(SandboxError::Link)?;
+        match guest {
+            Guest::RustPython => {
+                host::check_abi(&module)?;
+                linker.allow_shadowing(false);
+                host::add_protocol_to_linker(&mut linker).map_err(SandboxError::Link)?;
+            }
+            Guest::CPython(_) => {
+                door::check_abi(&module)?;
+                crate::vfs::add_to_linker(&mut linker, |s: &mut HostState| &mut s.files)
+                    .map_err(SandboxError::Link)?;
+                linker.allow_shadowing(false);
+                door::add_to_linker(&mut linker).map_err(SandboxError::Link)?;
+            }
+        }
         let pre = linker
             .instantiate_pre(&module)
             .map_err(SandboxError::Link)?;
@@ -116,6 +176,7 @@ impl Sandbox {
             engine,
             pre,
             prepared,
+            guest,
             pristine: Arc::default(),
         })
     }

