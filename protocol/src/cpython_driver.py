@@ -1,8 +1,8 @@
 # The CPython engine's driver: the guest half of the protocol for the prebuilt CPython reactor,
 # which the host cannot rebuild. The host hands this source to the reactor's `turn` export once per
-# instance; it installs `run` in `sys.modules[MODULE]`, and every call is then one turn of
-# `RUN_TURN`. All traffic with the host goes through the reactor's door (`_door.call`, the
-# `host.call` import), one frame per request: an opcode byte, then its payload.
+# instance; it leaves `run` as `_safe_python_run` in the turns' own namespace, and every call is
+# then one turn of `RUN_TURN`. All traffic with the host goes through the reactor's door
+# (`_host.call`, the `host.call` import), one frame per request: an opcode byte, then its payload.
 #
 # Unlike the RustPython guest's driver, this one is Python in the same interpreter as the code it
 # runs, so user code that digs through frames can reach it. It is policy and bookkeeping, not the
@@ -19,11 +19,11 @@ def _install():
     import traceback
     import types
 
-    import _door
+    import _host
 
     real_import = builtins.__import__
-    door = _door.call
-    state = {"main": None, "request": None, "trusted": set()}
+    door = _host.call
+    state = {"main": None, "request": None}
     result_name, base_name, index_name = "<result>", "<base>", "<index>"
 
     # Unbuffered text streams over fds 1 and 2, so the host sees output as it is written.
@@ -57,11 +57,23 @@ def _install():
         except Exception:
             return False
 
+    stdlib_files = ("/usr/local/lib/", "<frozen ", "<reactor>")
+
+    def codes(code):
+        yield code
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                yield from codes(const)
+
     def is_user_frame(frame):
-        # The importing frame runs code the driver compiled from a request, or code made at run
-        # time (exec, compile): anything not loaded by the import system is the user's.
+        # Code the import system loaded from the standard library (from the zip, or frozen) is not
+        # the user's, nor is the driver's own or the reactor's (`<reactor>`, which runs each
+        # turn); anything else is (code from a request, or made at run time). A file name can be
+        # forged: on this engine the allowlist is policy, and the wasm boundary the sandbox.
         code = frame.f_code
-        return code in state["trusted"] or not code.co_filename.startswith("/usr/local/lib/")
+        if code in driver_codes:
+            return False
+        return not code.co_filename.startswith(stdlib_files)
 
     def refuse(message, name):
         raise ImportError(message, name=name)
@@ -73,8 +85,18 @@ def _install():
             name_part.match(part) for part in name.split(".")
         )
 
+    # The frames whose imports the policy let through and which are still importing: a module's
+    # native code imports what it needs with no Python frame of its own, so such an import looks
+    # as if the importing frame made it.
+    letting_through = []
+
     def checked_import(name, globals=None, locals=None, fromlist=(), level=0):
-        if not is_user_frame(sys._getframe(1)) or type(name) is not str:
+        frame = sys._getframe(1)
+        if (
+            not is_user_frame(frame)
+            or type(name) is not str
+            or (letting_through and letting_through[-1] is frame)
+        ):
             return real_import(name, globals, locals, fromlist, level)
         shown = clip(name, 200)
         if level != 0:
@@ -90,7 +112,11 @@ def _install():
                 "import of '%s' is not allowed in this sandbox (allowed: %s)" % (handed, allowed),
                 handed,
             )
-        return real_import(name, globals, locals, fromlist, 0)
+        letting_through.append(frame)
+        try:
+            return real_import(name, globals, locals, fromlist, 0)
+        finally:
+            letting_through.pop()
 
     builtins.__import__ = checked_import
 
@@ -185,7 +211,6 @@ def _install():
             replacement, reading = rewrite_last(tree.body.pop())
             tree.body.extend(replacement)
         code = compile(tree, filename, "exec")
-        state["trusted"].add(code)
         try:
             exec(code, globals)
             return read(globals, reading)
@@ -240,8 +265,9 @@ def _install():
                 pass
         door(b"P" + json.dumps(report).encode("utf-8", "surrogatepass"))
 
-    sys.modules["_safe_python_driver"] = types.SimpleNamespace(run=run)
+    driver_codes = frozenset(codes(_install.__code__))
+    return run
 
 
-_install()
+_safe_python_run = _install()
 del _install

@@ -179,7 +179,7 @@ pub mod cpython {
     pub const DRIVER: &str = include_str!("cpython_driver.py");
 
     /// The turn that runs one call once [`DRIVER`] is installed.
-    pub const RUN_TURN: &str = "__import__('sys').modules['_safe_python_driver'].run()\n";
+    pub const RUN_TURN: &str = "_safe_python_run()\n";
 
     /// The first byte of each frame the guest sends through the door.
     pub mod door {

@@ -96,8 +96,9 @@ fn answer(
             Vec::new()
         }
         other => {
-            caller.data_mut().protocol_fault =
-                Some(format!("the guest sent an unknown door frame ({other:#04x})"));
+            caller.data_mut().protocol_fault = Some(format!(
+                "the guest sent an unknown door frame ({other:#04x})"
+            ));
             return Ok(None);
         }
     }))

@@ -11,10 +11,10 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
 
 use super::{Guest, SandboxError};
-use crate::vfs::Files;
 use crate::outcome::classify::HostRecords;
 use crate::output::{OutputSink, Stream};
 use crate::policy::ImportPolicy;
+use crate::vfs::Files;
 
 pub(crate) struct HostState {
     pub(super) wasi: WasiP1Ctx,

@@ -66,7 +66,9 @@ impl Instance {
             init.call_async(&mut self.store, ()).await?;
         }
         let entry = match sandbox.guest {
-            Guest::RustPython => Entry::Run(instance.get_typed_func(&mut self.store, protocol::exports::RUN)?),
+            Guest::RustPython => {
+                Entry::Run(instance.get_typed_func(&mut self.store, protocol::exports::RUN)?)
+            }
             Guest::CPython(_) => Entry::Turn {
                 turn: instance.get_typed_func(&mut self.store, door::TURN)?,
                 alloc: instance.get_typed_func(&mut self.store, door::ALLOC)?,
@@ -94,7 +96,12 @@ impl Instance {
             } => {
                 if !driver_installed {
                     let status = self
-                        .turn(turn.clone(), alloc.clone(), exports.memory, protocol::cpython::DRIVER)
+                        .turn(
+                            turn.clone(),
+                            alloc.clone(),
+                            exports.memory,
+                            protocol::cpython::DRIVER,
+                        )
                         .await?;
                     if status != 0 {
                         wasmtime::bail!(
@@ -103,7 +110,10 @@ impl Instance {
                         );
                     }
                     if let Some(Exports {
-                        entry: Entry::Turn { driver_installed, .. },
+                        entry:
+                            Entry::Turn {
+                                driver_installed, ..
+                            },
                         ..
                     }) = &mut self.exports
                     {

@@ -18,7 +18,7 @@ use wasmtime::{Engine, InstancePre, Linker, Module};
 use wasmtime_wasi::p1;
 
 use crate::cache::{self, CacheError, Prepared, Wasm};
-use crate::cpython::{Artifacts, ArtifactsError, PINNED, install_hint, Stdlib, StdlibError};
+use crate::cpython::{Artifacts, ArtifactsError, PINNED, Stdlib, StdlibError, install_hint};
 use crate::engine::EngineKind;
 use crate::limits::Limits;
 use crate::outcome::RunResult;
@@ -47,7 +47,10 @@ pub enum SandboxError {
     Artifacts(#[from] ArtifactsError),
     #[error("the CPython engine is not installed in {}: {}", .0.display(), install_hint())]
     NotInstalled(PathBuf),
-    #[error("there is no cache directory to install the CPython engine into: choose one with --cache-dir or {}", cache::CACHE_DIR_ENV)]
+    #[error(
+        "there is no cache directory to install the CPython engine into: choose one with --cache-dir or {}",
+        cache::CACHE_DIR_ENV
+    )]
     NoCacheDir,
 }
 
@@ -105,7 +108,10 @@ impl Sandbox {
 
     /// Loads the CPython engine from its installed artifacts (see [`crate::cpython`]). The first
     /// time, compiling its 100 MB module takes a minute or more; `options.on_compile` hears of it.
-    pub fn cpython(artifacts: &Artifacts, options: SandboxOptions) -> Result<Sandbox, SandboxError> {
+    pub fn cpython(
+        artifacts: &Artifacts,
+        options: SandboxOptions,
+    ) -> Result<Sandbox, SandboxError> {
         let stdlib = Stdlib::load(&artifacts.stdlib())?;
         let snapshot = artifacts.snapshot();
         let (engine, module, prepared) = Self::load(
@@ -141,7 +147,12 @@ impl Sandbox {
         let engine = engine::new(EngineKind::RustPython).map_err(SandboxError::Engine)?;
         let module =
             Module::new(&engine, wasm).map_err(|e| SandboxError::Cache(CacheError::Compile(e)))?;
-        Self::link(engine, module, Prepared::CompiledUncached, Guest::RustPython)
+        Self::link(
+            engine,
+            module,
+            Prepared::CompiledUncached,
+            Guest::RustPython,
+        )
     }
 
     fn link(
