@@ -32,10 +32,13 @@ fn allowing(modules: &[&str]) -> RunOptions {
 
 #[test]
 fn cpython_prints_and_returns_the_last_value() {
-    let result = run("import sys\nprint(2**100)\nsys.version_info[:2]");
-    assert_eq!(result.stdout, "1267650600228229401496703205376\n", "{result:#?}");
     // `sys` is not allowed by default: the import is refused before anything prints.
-    assert_eq!(result.error().map(|e| e.kind.as_str()), Some("ImportError"));
+    let refused = run("import sys\nprint(2**100)");
+    assert_eq!(refused.stdout, "", "{refused:#?}");
+    assert_eq!(
+        refused.error().map(|e| e.kind.as_str()),
+        Some("ImportError")
+    );
     let result = run("print(2**100)\n(3, 15)");
     assert_eq!(result.stdout, "1267650600228229401496703205376\n");
     assert_eq!(result.result(), Some("(3, 15)"));
@@ -59,8 +62,16 @@ fn cpython_reports_python_errors_with_their_traceback() {
     let error = result.error().expect("an error");
     assert_eq!(error.kind, "ZeroDivisionError");
     assert_eq!(error.message, "division by zero");
-    assert!(error.traceback.contains("line 2, in f"), "{}", error.traceback);
-    assert!(error.traceback.contains("return 1 / 0"), "{}", error.traceback);
+    assert!(
+        error.traceback.contains("line 2, in f"),
+        "{}",
+        error.traceback
+    );
+    assert!(
+        error.traceback.contains("return 1 / 0"),
+        "{}",
+        error.traceback
+    );
     assert!(!error.traceback.contains("_install"), "{}", error.traceback);
     let exit = run("raise SystemExit(3)");
     assert_eq!(exit.error().map(|e| e.kind.as_str()), Some("SystemExit"));
@@ -70,13 +81,27 @@ fn cpython_reports_python_errors_with_their_traceback() {
 
 #[test]
 fn cpython_imports_only_what_the_policy_allows() {
-    for refused in ["import os", "import socket", "from os import path", "import numpy"] {
+    for refused in [
+        "import os",
+        "import socket",
+        "from os import path",
+        "import numpy",
+    ] {
         let result = run(refused);
-        let error = result.error().unwrap_or_else(|| panic!("{refused}: {result:#?}"));
+        let error = result
+            .error()
+            .unwrap_or_else(|| panic!("{refused}: {result:#?}"));
         assert_eq!(error.kind, "ImportError", "{refused}: {result:#?}");
-        assert!(error.message.contains("not allowed"), "{refused}: {error:?}");
+        assert!(
+            error.message.contains("not allowed"),
+            "{refused}: {error:?}"
+        );
     }
-    for allowed in ["import math", "import collections.abc", "from datetime import date"] {
+    for allowed in [
+        "import math",
+        "import collections.abc",
+        "from datetime import date",
+    ] {
         let result = run(allowed);
         assert!(!result.is_failure(), "{allowed}: {result:#?}");
     }
@@ -123,10 +148,7 @@ fn cpython_stops_at_every_limit() {
         ..Limits::default()
     };
     let hog = limited(memory, "x = []\nwhile True: x.append(' ' * 10**6)");
-    assert!(
-        matches!(hog.limit(), Some(Limit::Memory)),
-        "{hog:#?}"
-    );
+    assert!(matches!(hog.limit(), Some(Limit::Memory)), "{hog:#?}");
     let output = Limits {
         max_output_bytes: 10_000,
         ..Limits::default()
@@ -145,7 +167,10 @@ fn cpython_streams_output_as_it_is_written() {
         })),
         ..allowing(&["sys"])
     };
-    let result = run_with("import sys\nprint('out')\nprint('err', file=sys.stderr)", &options);
+    let result = run_with(
+        "import sys\nprint('out')\nprint('err', file=sys.stderr)",
+        &options,
+    );
     assert!(!result.is_failure(), "{result:#?}");
     let seen = seen.lock().unwrap();
     let text = |stream| {
@@ -160,14 +185,24 @@ fn cpython_streams_output_as_it_is_written() {
 
 #[test]
 fn cpython_sees_no_host_file() {
-    let result = run_with(
-        "import os\nsorted(os.listdir('/'))",
-        &allowing(&["os"]),
+    let result = run_with("import os\nsorted(os.listdir('/'))", &allowing(&["os"]));
+    assert!(
+        matches!(
+            result.outcome,
+            Outcome::Raised(_) | Outcome::Completed { .. }
+        ),
+        "{result:#?}"
     );
-    assert!(matches!(result.outcome, Outcome::Raised(_) | Outcome::Completed { .. }), "{result:#?}");
-    for path in ["/etc/passwd", "/proc/self/environ", "../../etc/passwd", "/usr/local/lib/../../../etc/passwd"] {
+    for path in [
+        "/etc/passwd",
+        "/proc/self/environ",
+        "../../etc/passwd",
+        "/usr/local/lib/../../../etc/passwd",
+    ] {
         let result = run(&format!("open({path:?}).read()"));
-        let error = result.error().unwrap_or_else(|| panic!("{path}: {result:#?}"));
+        let error = result
+            .error()
+            .unwrap_or_else(|| panic!("{path}: {result:#?}"));
         assert!(
             ["FileNotFoundError", "PermissionError", "OSError"].contains(&error.kind.as_str()),
             "{path}: {error:?}"

@@ -62,7 +62,9 @@ pub fn cpython() -> &'static Sandbox {
 /// The installed CPython artifacts, fetched if they are not there yet.
 pub fn cpython_artifacts() -> Artifacts {
     static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _once = INSTALL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _once = INSTALL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     match Artifacts::find(&cache_dir()).expect("the CPython artifacts can be checked") {
         Some(artifacts) => artifacts,
         None => cpython::fetch(&cache_dir(), &mut |_| {}).expect("the CPython engine downloads"),
