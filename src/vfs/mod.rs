@@ -33,4 +33,4 @@ mod tree;
 
 pub(crate) use fds::Files;
 pub(crate) use linker::add_to_linker;
-pub(crate) use tree::{Dir, TreeBuilder, TreeError};
+pub(crate) use tree::{Dir, TreeBuilder};

@@ -1,11 +1,11 @@
 //! Path resolution, the refusal of every write, and the tree builder.
 
 use super::*;
-use crate::vfs::TreeError;
 use crate::vfs::abi::oflags;
 use crate::vfs::fd_calls as fd;
 use crate::vfs::memory::MAX_PATH;
 use crate::vfs::path_calls::TwoPaths;
+use crate::vfs::tree::TreeError;
 
 #[test]
 fn paths_resolve_by_component_and_never_leave_their_directory() {
