@@ -244,6 +244,15 @@ def _install():
         }
 
     def run():
+        # The reactor runs each turn in the `__main__` it finds in `sys.modules`: the user's
+        # module takes its place during the call only, so the next turn finds `_safe_python_run`.
+        turns_main = sys.modules.get("__main__")
+        try:
+            call()
+        finally:
+            sys.modules["__main__"] = turns_main
+
+    def call():
         request = json.loads(door(b"R"))
         state["request"] = request
         bound = request["max_field_bytes"]

@@ -4,7 +4,9 @@
 use std::sync::{Arc, Mutex};
 
 use crate::common::{self, cpython};
-use safe_python_executor::{ImportPolicy, Limit, Limits, Outcome, RunOptions, RunResult, Stream};
+use safe_python_executor::{
+    ImportPolicy, Limit, Limits, Outcome, RunOptions, RunResult, Session, Stream,
+};
 
 fn run_with(code: &str, options: &RunOptions) -> RunResult {
     common::runtime()
@@ -208,4 +210,36 @@ fn cpython_sees_no_host_file() {
             "{path}: {error:?}"
         );
     }
+}
+
+#[test]
+fn cpython_sessions_keep_state_and_undo_a_stopped_call() {
+    let runtime = common::runtime();
+    let mut session = runtime
+        .block_on(Session::new(cpython()))
+        .expect("a session");
+    let mut call = |code: &str, timeout_ms: u64| {
+        let options = RunOptions {
+            limits: Limits {
+                timeout: std::time::Duration::from_millis(timeout_ms),
+                ..Limits::default()
+            },
+            ..allowing(&["numpy"])
+        };
+        runtime
+            .block_on(session.run(code, &options))
+            .expect("no host fault")
+    };
+    let first = call("import numpy as np\nx = 41\nxs = np.arange(3)", 10_000);
+    assert!(!first.result.is_failure(), "{first:#?}");
+    let stopped = call("x = 0\nxs = None\nwhile True: pass", 500);
+    assert!(stopped.rolled_back, "{stopped:#?}");
+    let after = call("def f():\n    return x + 1\n(f(), int(xs.sum()))", 10_000);
+    assert_eq!(after.result.result(), Some("(42, 3)"), "{after:#?}");
+    let fresh = run("x");
+    assert_eq!(
+        fresh.error().map(|e| e.kind.as_str()),
+        Some("NameError"),
+        "{fresh:#?}"
+    );
 }
