@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::common::{self, cpython};
+use crate::common::{self, client, cpython, spawn};
 use safe_python_executor::{
     ImportPolicy, Limit, Limits, Outcome, RunOptions, RunResult, Session, Stream,
 };
@@ -242,4 +242,53 @@ fn cpython_sessions_keep_state_and_undo_a_stopped_call() {
         Some("NameError"),
         "{fresh:#?}"
     );
+}
+
+/// The front ends take `--engine cpython`: the suite's cache directory holds the engine.
+fn engine_args(extra: &[&'static str]) -> Vec<&'static str> {
+    common::cpython_artifacts();
+    [&["--engine", "cpython"], extra].concat()
+}
+
+#[test]
+fn sandbox_run_runs_pandas_on_the_cpython_engine() {
+    let code = "import pandas as pd\ndf = pd.DataFrame({'city': ['Oslo', 'Lima', 'Oslo'], 't': [3, 19, 5]})\n\
+                df.groupby('city')['t'].mean().to_dict()";
+    let args = engine_args(&["--allow", "pandas", "-c", code]);
+    let out = spawn::output(spawn::sandbox_run(&args), None);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout, "{'Lima': 19.0, 'Oslo': 4.0}\n");
+}
+
+#[tokio::test]
+async fn the_mcp_server_runs_the_cpython_engine() {
+    let args = engine_args(&["--allow", "numpy"]);
+    let client = client::connect((), spawn::mcp_server(&args)).await;
+    let reply = client
+        .call_tool(client::run_python(
+            "import numpy as np\nprint(np.linspace(0, 1, 3))\nnp.float64(2.5) * 2",
+            None,
+        ))
+        .await
+        .expect("a reply");
+    let body = client::structured(&reply);
+    assert_eq!(body["stdout"], "[0.  0.5 1. ]\n", "{body}");
+    assert_eq!(body["result"], "np.float64(5.0)", "{body}");
+    client.cancel().await.expect("the server stops");
+}
+
+#[test]
+fn without_the_engine_installed_each_call_says_how_to_install_it() {
+    let empty = common::temp_dir("no-cpython");
+    let mut command = spawn::sandbox_run(&["--engine", "cpython", "-c", "1"]);
+    command.arg("--cache-dir").arg(empty.path());
+    let out = spawn::output(command, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("the CPython engine is not installed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--engine cpython --check"), "{stderr}");
 }
