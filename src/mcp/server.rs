@@ -56,7 +56,7 @@ impl PythonServer {
         let options = args.sandbox.run_options();
         let session_limits = args.session_limits();
         PythonServer(Arc::new(Inner {
-            tools: tools::tools(&options, session_limits),
+            tools: tools::tools(&options, session_limits, args.sandbox.engine),
             options,
             sandbox,
             slots: Semaphore::new(workers),

@@ -8,6 +8,7 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
+use crate::engine::EngineKind;
 use crate::outcome::{Outcome, RunReport, RunResult};
 use crate::sandbox::RunOptions;
 use crate::session::registry::{SessionError, SessionLimits, SessionReport, Start, minutes};
@@ -57,12 +58,21 @@ fn decode<T: DeserializeOwned>(tool: &str, arguments: Option<JsonObject>) -> Res
 }
 
 /// The tool, described for the model with this server's limits and allowlist.
-pub fn tools(options: &RunOptions, sessions: SessionLimits) -> Vec<Tool> {
+pub fn tools(options: &RunOptions, sessions: SessionLimits, engine: EngineKind) -> Vec<Tool> {
     let limits = &options.limits;
+    let interpreter = match engine {
+        EngineKind::RustPython => {
+            "RustPython, a Python 3 interpreter: pure-Python standard library, no numpy or pandas"
+        }
+        EngineKind::CPython => {
+            "CPython 3.15, with numpy, pandas, scipy, scikit-learn, statsmodels and matplotlib installed (importable only if listed below)"
+        }
+    };
     let idle = minutes(sessions.idle.as_secs_f64());
     let run = format!(
         "Run Python 3 code in a secure sandbox and get back what it printed and the value of its last expression.\n\
          \n\
+         - The interpreter is {interpreter}.\n\
          - Use it for calculations, data processing, simulations and checking code: anything computed from data in the code itself.\n\
          - Printed output (stdout and stderr) is returned, so print what you want to see.\n\
          - The value of the last expression, or of a final assignment such as `result = ...`, is returned as its repr.\n\
@@ -76,6 +86,7 @@ pub fn tools(options: &RunOptions, sessions: SessionLimits) -> Vec<Tool> {
          - The reply shows at most {shown} KiB of output, result and traceback together: longer text is cut in the middle, with a note saying how much was cut.\n\
          - An uncaught exception comes back as a Python traceback.",
         allowed = options.policy.allowed().join(", "),
+        interpreter = interpreter,
         max = sessions.max,
         timeout = limits.timeout.as_secs_f64(),
         memory = limits.memory_bytes >> 20,
