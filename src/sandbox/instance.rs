@@ -96,12 +96,7 @@ impl Instance {
             } => {
                 if !driver_installed {
                     let status = self
-                        .turn(
-                            turn.clone(),
-                            alloc.clone(),
-                            exports.memory,
-                            protocol::cpython::DRIVER,
-                        )
+                        .turn(turn.clone(), alloc.clone(), exports.memory, door::DRIVER)
                         .await?;
                     if status != 0 {
                         wasmtime::bail!(
@@ -121,7 +116,7 @@ impl Instance {
                     }
                 }
                 // A failed turn sends no report, which is how the call is judged.
-                self.turn(turn, alloc, exports.memory, protocol::cpython::RUN_TURN)
+                self.turn(turn, alloc, exports.memory, door::RUN_TURN)
                     .await
                     .map(drop)
             }

@@ -1,4 +1,4 @@
-# The CPython engine's driver: the guest half of the protocol for the prebuilt CPython reactor,
+# The CPython engine's driver (see src/sandbox/door.rs): the guest half of the protocol with the prebuilt CPython reactor,
 # which the host cannot rebuild. The host hands this source to the reactor's `turn` export once per
 # instance; it leaves `run` as `_safe_python_run` in the turns' own namespace, and every call is
 # then one turn of `RUN_TURN`. All traffic with the host goes through the reactor's door
