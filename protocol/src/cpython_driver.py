@@ -44,10 +44,15 @@ def _audit_hook(sys, door, stdlib_files, driver_codes):
         return code not in driver_codes and not code.co_filename.startswith(stdlib_files)
 
     def initiator(frame):
-        # The frame that asked for an import, beneath the import system's and the driver's own.
+        """The frame that asked for an import, beneath the import system's and the driver's
+        own; `None` when a module's native code asked while the import system loaded it (a
+        load with no other frame between), which is the loading module's import, not the
+        user's."""
         while frame is not None and (
             frame.f_code in driver_codes or frame.f_code.co_filename.startswith(machinery)
         ):
+            if frame.f_code.co_name == "_load_unlocked":
+                return None
             frame = frame.f_back
         return frame
 
