@@ -9,6 +9,93 @@
 # sandbox: the wasm boundary is. The host trusts nothing it sends.
 
 
+def _audit_hook(sys, door, stdlib_files, driver_codes):
+    """The audit hook that holds the policy where user code cannot undo it: CPython offers no way
+    to remove a hook, and this one's state lives in this scope alone, whose cells no function
+    user code can reach refers to. It refuses, to code outside the standard library and the
+    driver: loading a module the policy does not allow (the import system's own event, so every
+    route into it meets the policy, not only the `__import__` statement), compiling or making
+    code under a standard-library file name (which would make it trusted), taking frames (the
+    driver's are beneath the user's), and the ways to see every object or every event."""
+    # `importlib.import_module` imports for whoever called it.
+    machinery = ("<frozen importlib.", "<frozen zipimport>", "/usr/local/lib/python315.zip/importlib/")
+    frame_attrs = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
+    refused = frozenset(
+        (
+            "sys._getframe",
+            "sys._getframemodulename",
+            "sys._current_frames",
+            "sys._current_exceptions",
+            "sys.settrace",
+            "sys.setprofile",
+            "sys.monitoring.register_callback",
+            "sys.addaudithook",
+            "gc.get_objects",
+            "gc.get_referrers",
+            "gc.get_referents",
+        )
+    )
+    watched = refused | {"import", "compile", "code.__new__", "object.__getattr__"}
+    getframe = sys._getframe
+    exact = str.__str__
+    busy = []
+
+    def is_user(code):
+        return code not in driver_codes and not code.co_filename.startswith(stdlib_files)
+
+    def initiator(frame):
+        """The frame that asked for an import, beneath the import system's and the driver's
+        own; `None` when a module's native code asked while the import system loaded it (a
+        load with no other frame between), which is the loading module's import, not the
+        user's."""
+        while frame is not None and (
+            frame.f_code in driver_codes or frame.f_code.co_filename.startswith(machinery)
+        ):
+            if frame.f_code.co_name == "_load_unlocked":
+                return None
+            frame = frame.f_back
+        return frame
+
+    def allowed(name):
+        try:
+            return door(b"I" + name.encode("utf-8")) == b"1"
+        except Exception:
+            return False
+
+    def hook(event, args):
+        if busy or event not in watched:
+            return
+        if event == "object.__getattr__" and args[1] not in frame_attrs:
+            return
+        busy.append(event)
+        try:
+            frame = getframe(1)
+            if event == "import":
+                frame = initiator(frame)
+                if frame is None or not is_user(frame.f_code):
+                    return
+                name = exact(args[0])
+                if allowed(name):
+                    return
+                raise ImportError(
+                    "import of '%s' is not allowed in this sandbox" % name[:200], name=name[:200]
+                )
+            if not is_user(frame.f_code):
+                return
+            if event in ("compile", "code.__new__"):
+                filename = args[1]
+                if isinstance(filename, str) and not filename.startswith(stdlib_files):
+                    return
+                if isinstance(filename, bytes) and not filename.startswith(b"<"):
+                    return
+                raise RuntimeError("code may not take a standard library file name in this sandbox")
+            raise RuntimeError("%s is not available in this sandbox" % event)
+        finally:
+            busy.pop()
+
+    return hook
+
+
 def _install():
     import ast
     import builtins
@@ -38,18 +125,26 @@ def _install():
         setattr(sys, "__%s__" % name, stream)
 
     def clip(s, bound):
+        """`s` cut to at most `bound` bytes of JSON as the report sends it (UTF-8, not ASCII
+        escapes), with lone surrogates, which JSON cannot carry, shown escaped."""
         used = 0
         for i, c in enumerate(s):
+            o = ord(c)
             if c in '"\\\n\r\t\b\f':
                 width = 2
-            elif ord(c) < 0x20:
+            elif o < 0x20:
                 width = 6
+            elif 0xD800 <= o < 0xE000:
+                width = 7
             else:
-                width = len(c.encode("utf-8", "surrogatepass"))
+                width = len(c.encode("utf-8"))
             if used + width > bound:
-                return "%s... [%d more characters cut]" % (s[:i], len(s) - i)
+                return "%s... [%d more characters cut]" % (escaped(s[:i]), len(s) - i)
             used += width
-        return s
+        return escaped(s)
+
+    def escaped(s):
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
     def host_allows(name):
         try:
@@ -92,11 +187,11 @@ def _install():
 
     def checked_import(name, globals=None, locals=None, fromlist=(), level=0):
         frame = sys._getframe(1)
-        if (
-            not is_user_frame(frame)
-            or type(name) is not str
-            or (letting_through and letting_through[-1] is frame)
-        ):
+        if not isinstance(name, str):
+            return real_import(name, globals, locals, fromlist, level)
+        # A str subclass could answer the policy one name and the import system another.
+        name = str.__str__(name)
+        if not is_user_frame(frame) or (letting_through and letting_through[-1] is frame):
             return real_import(name, globals, locals, fromlist, level)
         shown = clip(name, 200)
         if level != 0:
@@ -272,11 +367,12 @@ def _install():
                 stream.flush()
             except BaseException:
                 pass
-        door(b"P" + json.dumps(report).encode("utf-8", "surrogatepass"))
+        door(b"P" + json.dumps(report, ensure_ascii=False).encode("utf-8"))
 
-    driver_codes = frozenset(codes(_install.__code__))
+    driver_codes = frozenset(codes(_install.__code__)) | frozenset(codes(_audit_hook.__code__))
+    sys.addaudithook(_audit_hook(sys, door, stdlib_files, driver_codes))
     return run
 
 
 _safe_python_run = _install()
-del _install
+del _install, _audit_hook

@@ -20,7 +20,10 @@
 //! (a tool error before anything ran, as for code over the size limit), or `any`. A case with
 //! `"repeat": N` sends its `code` N times over, for sources too big to keep in the file. A case with
 //! `"session": "<value>"` sends that as its `session` argument in both passes (a guessed or forged
-//! handle, say) instead of none or the pass's own handle.
+//! handle, say) instead of none or the pass's own handle. A case with `"cpython": {"expect",
+//! "because"}` expects otherwise on the CPython engine, where its behaviour is legitimately
+//! different (another exception type, a guarantee only RustPython's native driver gives); the
+//! reason is mandatory. The fresh pass runs on both engines.
 //!
 //! Below the suite, the attacks on sessions that a case file cannot express: handles taken from
 //! another server, changed by one character, or used after their session was reset, expired or
@@ -49,6 +52,27 @@ const CANARY_FILE: &str = "canary.txt";
 const CANARY_CONTENT: &str = "canary file content 7d2e";
 const OPEN_MODULES: &str = "os,sys,io,pathlib,subprocess,socket,urllib,ctypes,builtins,importlib";
 
+/// The engine a suite runs against.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Engine {
+    RustPython,
+    CPython,
+}
+
+impl Engine {
+    /// The server's flags for this engine. CPython's artifacts are installed, and its module
+    /// compiled, into the suite's cache first, so that no server compiles it during a case.
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Engine::RustPython => &[],
+            Engine::CPython => {
+                common::cpython();
+                &["--engine", "cpython"]
+            }
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 struct Case {
     name: String,
@@ -60,15 +84,32 @@ struct Case {
     repeat: Option<usize>,
     #[serde(default)]
     session: Option<String>,
+    /// Where CPython legitimately behaves otherwise than RustPython (another exception type, a
+    /// guarantee only RustPython's native driver gives), what to expect of it there, and why.
+    #[serde(default)]
+    cpython: Option<Differs>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Differs {
+    expect: String,
+    because: String,
 }
 
 impl Case {
     fn source(&self) -> String {
         self.code.repeat(self.repeat.unwrap_or(1))
     }
+
+    fn expect(&self, engine: Engine) -> &str {
+        match (engine, &self.cpython) {
+            (Engine::CPython, Some(differs)) => &differs.expect,
+            _ => &self.expect,
+        }
+    }
 }
 
-async fn server(dir: &Path, extra: &[&str]) -> Client {
+async fn server(dir: &Path, engine: Engine, extra: &[&str]) -> Client {
     let mut command = common::spawn::mcp_server(&[
         "--timeout",
         &TIMEOUT_SECS.to_string(),
@@ -78,6 +119,7 @@ async fn server(dir: &Path, extra: &[&str]) -> Client {
         &MAX_OUTPUT.to_string(),
     ]);
     command
+        .args(engine.flags())
         .args(extra)
         .current_dir(dir)
         .env("SAFE_PYTHON_LOG", "error")
@@ -139,6 +181,13 @@ fn all_cases() -> Vec<Case> {
         let prefix = name.trim_end_matches(".json");
         cases.extend(class.into_iter().map(|mut c| {
             c.name = format!("{prefix}/{}", c.name);
+            if let Some(differs) = &c.cpython {
+                assert!(
+                    !differs.because.trim().is_empty(),
+                    "{}: an engine-specific expectation says why",
+                    c.name
+                );
+            }
             c
         }));
     }
@@ -147,17 +196,23 @@ fn all_cases() -> Vec<Case> {
 
 #[tokio::test]
 async fn hostile_code_never_escapes_hangs_or_kills_the_server() {
-    run_suite(false).await;
+    run_suite(Engine::RustPython, false).await;
+}
+
+/// The same cases against the CPython engine, fresh calls.
+#[tokio::test]
+async fn cpython_hostile_code_never_breaks_the_server() {
+    run_suite(Engine::CPython, false).await;
 }
 
 /// The same cases, each in a session holding state: whatever the case does, the session still
 /// answers with its state afterwards (a case stopped by a limit is undone).
 #[tokio::test]
 async fn hostile_code_never_breaks_a_session() {
-    run_suite(true).await;
+    run_suite(Engine::RustPython, true).await;
 }
 
-async fn run_suite(in_sessions: bool) {
+async fn run_suite(engine: Engine, in_sessions: bool) {
     let cases = all_cases();
     assert!(cases.len() >= 60, "the suite has {} cases", cases.len());
 
@@ -168,8 +223,8 @@ async fn run_suite(in_sessions: bool) {
         .ok()
         .and_then(|p| p.lines().next().map(str::to_owned));
 
-    let strict = server(dir, &[]).await;
-    let open = server(dir, &["--allow", OPEN_MODULES]).await;
+    let strict = server(dir, engine, &[]).await;
+    let open = server(dir, engine, &["--allow", OPEN_MODULES]).await;
     let mut failures = Vec::new();
     let mut handles: Vec<String> = Vec::new();
     for case in &cases {
@@ -187,7 +242,7 @@ async fn run_suite(in_sessions: bool) {
         match &reply {
             Err(e) => problems.push(format!("the call failed: {e}")),
             Ok(r) => {
-                if let Err(e) = check_expectation(&case.expect, r) {
+                if let Err(e) = check_expectation(case.expect(engine), r) {
                     problems.push(e);
                 }
                 let sent = serde_json::to_string(r).unwrap().len();
@@ -271,7 +326,12 @@ async fn run_suite(in_sessions: bool) {
 
 /// A server for the session attacks, with `extra` flags.
 async fn session_server(extra: &[&str]) -> Client {
-    server(Path::new(env!("CARGO_TARGET_TMPDIR")), extra).await
+    server(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        Engine::RustPython,
+        extra,
+    )
+    .await
 }
 
 /// Runs `code` in `session` and returns its result.
