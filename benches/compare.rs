@@ -1,5 +1,6 @@
 //! Sandbox against native `python3` on the same machine, in one run:
-//! `cargo bench --bench compare [-- PROGRAMS.py]`.
+//! `cargo bench --bench compare [-- [--engine cpython] PROGRAMS.py]`. The CPython engine must be
+//! installed first (`safe-python-mcp --engine cpython --check`).
 //!
 //! Runs each program of `../shared/bench/programs.py` (a `PROGRAMS` dict of name to source, each
 //! ending in a checksum expression) in the sandbox and in CPython, checks that the checksums agree,
@@ -9,6 +10,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
+use safe_python_executor::cache;
+use safe_python_executor::cpython::Artifacts;
 use safe_python_executor::{Limits, RunOptions, Sandbox, SandboxOptions};
 
 const REPS: usize = 5;
@@ -41,7 +45,24 @@ fn main() -> anyhow::Result<()> {
     let programs = load_programs(&programs_path)?;
     let python = python_version()?;
 
-    let sandbox = Sandbox::new(SandboxOptions::default())?;
+    let cpython = std::env::args().any(|a| a == "cpython");
+    let sandbox = if cpython {
+        let dir = cache::default_dir().context("no cache directory")?;
+        let artifacts = Artifacts::find(&dir)?.context(
+            "the CPython engine is not installed: safe-python-mcp --engine cpython --check",
+        )?;
+        let started = Instant::now();
+        let sandbox = Sandbox::cpython(&artifacts, SandboxOptions::default())?;
+        println!(
+            "CPython engine loaded in {:.0} ms ({:?})",
+            started.elapsed().as_secs_f64() * 1000.0,
+            sandbox.prepared()
+        );
+        sandbox
+    } else {
+        Sandbox::new(SandboxOptions::default())?
+    };
+    let engine = if cpython { "cpython" } else { "rustpython" };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()?;
@@ -61,7 +82,10 @@ fn main() -> anyhow::Result<()> {
         Ok((ms, r.result().map(str::to_owned)))
     };
 
-    println!("sandbox vs native {python}, median of {REPS} runs, run time only (no process start)");
+    println!(
+        "sandbox ({engine} engine, default fuel metering) vs native {python}, median of {REPS} \
+         runs, run time only (no process start)"
+    );
     println!(
         "{:<12} {:>12} {:>12} {:>8}",
         "program", "sandbox ms", "native ms", "ratio"
@@ -109,8 +133,8 @@ fn main() -> anyhow::Result<()> {
     )?;
     println!(
         "process start to exit, print(1): sandbox-run {:.1} ms, python3 {:.1} ms",
-        process_ms(env!("CARGO_BIN_EXE_sandbox-run"))?,
-        process_ms(python.trim())?
+        process_ms(env!("CARGO_BIN_EXE_sandbox-run"), &["--engine", engine])?,
+        process_ms(python.trim(), &[])?
     );
     Ok(())
 }
@@ -158,11 +182,14 @@ fn native(code: &str) -> anyhow::Result<(f64, String)> {
 }
 
 /// Median wall time of spawning `program -c 'print(1)'` to its exit, warm cache.
-fn process_ms(program: &str) -> anyhow::Result<f64> {
+fn process_ms(program: &str, args: &[&str]) -> anyhow::Result<f64> {
     let mut times = Vec::new();
     for _ in 0..11 {
         let started = Instant::now();
-        let out = Command::new(program).args(["-c", "print(1)"]).output()?;
+        let out = Command::new(program)
+            .args(args)
+            .args(["-c", "print(1)"])
+            .output()?;
         anyhow::ensure!(out.status.success(), "{program} failed");
         times.push(started.elapsed().as_secs_f64() * 1000.0);
     }

@@ -188,9 +188,14 @@ async fn output_streams_as_progress_before_the_result() {
         streamed.ends_with("line 0\nline 1\nline 2\n"),
         "{streamed:?}"
     );
+    // The first notification by which "line 0" had arrived whole: a line may come in pieces.
+    let mut so_far = String::new();
     let first = progress
         .iter()
-        .find(|(_, p)| p.message.as_deref().is_some_and(|m| m.contains("line 0")))
+        .find(|(_, p)| {
+            so_far.push_str(p.message.as_deref().unwrap_or_default());
+            so_far.contains("line 0\n")
+        })
         .unwrap();
     assert!(
         done - first.0 > Duration::from_millis(700),
