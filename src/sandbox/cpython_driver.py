@@ -313,18 +313,34 @@ def _install():
             for hidden in (result_name, base_name, index_name):
                 globals.pop(hidden, None)
 
+    def user_traceback(tb):
+        """`tb` without the frames of the driver and of the reactor that runs it: the user's
+        code and what it called, as if it had run on its own."""
+        kept = []
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code not in driver_codes and code.co_filename != "<reactor>":
+                kept.append(tb)
+            tb = tb.tb_next
+        result = None
+        for entry in reversed(kept):
+            result = types.TracebackType(result, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+        return result
+
     def describe(exc, bound):
         kind = type(exc).__name__
         try:
             message = str(exc)
         except BaseException:
             message = "<exception str() failed>"
-        tb = exc.__traceback__
-        # The driver's own frame is the first entry: user code starts below it.
-        while tb is not None and tb.tb_frame.f_code.co_filename != state["request"]["filename"]:
-            tb = tb.tb_next
         try:
-            lines = traceback.format_exception(type(exc), exc, tb)
+            seen = set()
+            chained = exc
+            while chained is not None and id(chained) not in seen:
+                seen.add(id(chained))
+                chained.__traceback__ = user_traceback(chained.__traceback__)
+                chained = chained.__cause__ or chained.__context__
+            lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
             text = ""
             for line in lines:
                 if len(text) > bound:

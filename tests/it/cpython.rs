@@ -75,6 +75,15 @@ fn cpython_reports_python_errors_with_their_traceback() {
         error.traceback
     );
     assert!(!error.traceback.contains("_install"), "{}", error.traceback);
+    let refused = run("import os");
+    let traceback = &refused.error().expect("an error").traceback;
+    assert!(
+        traceback.starts_with("Traceback (most recent call last):\n  File \"<code>\", line 1"),
+        "{traceback}"
+    );
+    for driver in ["<turn", "checked_import", "hook", "<reactor>"] {
+        assert!(!traceback.contains(driver), "{driver} in {traceback}");
+    }
     let exit = run("raise SystemExit(3)");
     assert_eq!(exit.error().map(|e| e.kind.as_str()), Some("SystemExit"));
     let syntax = run("def (:");
