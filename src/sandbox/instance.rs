@@ -8,6 +8,7 @@ use wasmtime::{Memory, Store, TypedFunc};
 
 use super::host::{HostState, MemoryLimiter};
 use super::{Guest, RunOptions, Sandbox, SandboxError, door};
+use crate::limits::Limits;
 use crate::outcome::{Limit, Outcome, RunResult, Stats, classify};
 
 /// An instance of the guest in a store of its own. A fresh run uses one for one call; a session
@@ -95,25 +96,8 @@ impl Instance {
                 driver_installed,
             } => {
                 if !driver_installed {
-                    let status = self
-                        .turn(turn.clone(), alloc.clone(), exports.memory, door::DRIVER)
+                    self.install_driver(turn.clone(), alloc.clone(), exports.memory)
                         .await?;
-                    if status != 0 {
-                        wasmtime::bail!(
-                            "the CPython engine's driver failed to start (status {status}); \
-                             its stderr says why"
-                        );
-                    }
-                    if let Some(Exports {
-                        entry:
-                            Entry::Turn {
-                                driver_installed, ..
-                            },
-                        ..
-                    }) = &mut self.exports
-                    {
-                        *driver_installed = true;
-                    }
                 }
                 // A failed turn sends no report, which is how the call is judged.
                 self.turn(turn, alloc, exports.memory, door::RUN_TURN)
@@ -121,6 +105,50 @@ impl Instance {
                     .map(drop)
             }
         }
+    }
+
+    /// Runs the CPython driver's turn, which every later call's turn relies on.
+    async fn install_driver(
+        &mut self,
+        turn: TypedFunc<(i32, i32), i32>,
+        alloc: TypedFunc<i32, i32>,
+        memory: Memory,
+    ) -> wasmtime::Result<()> {
+        let status = self.turn(turn, alloc, memory, door::DRIVER).await?;
+        if status != 0 {
+            wasmtime::bail!(
+                "the CPython engine's driver failed to start (status {status}); its stderr says why"
+            );
+        }
+        if let Some(Exports {
+            entry: Entry::Turn {
+                driver_installed, ..
+            },
+            ..
+        }) = &mut self.exports
+        {
+            *driver_installed = true;
+        }
+        Ok(())
+    }
+
+    /// A CPython instance whose driver is installed and which has run nothing else: what the
+    /// engine's template is taken from. Its budget is instantiation's, and its output is dropped.
+    pub(crate) async fn with_driver(sandbox: &Sandbox) -> Result<Instance, SandboxError> {
+        let mut instance =
+            Instance::with_memory(sandbox, Limits::MAX_MEMORY_BYTES, 0, std::iter::empty()).await?;
+        instance.store.data().sink.begin(usize::MAX, None);
+        if let Some(Exports {
+            entry: Entry::Turn { turn, alloc, .. },
+            memory,
+        }) = instance.exports.clone()
+        {
+            instance
+                .install_driver(turn, alloc, memory)
+                .await
+                .map_err(SandboxError::Setup)?;
+        }
+        Ok(instance)
     }
 
     /// One turn of the reactor: `source` copied into memory it allocates, then run; its exit

@@ -19,14 +19,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 mod handle;
-mod pagemap;
 pub mod registry;
-mod snapshot;
 
 use crate::outcome::RunResult;
+use crate::sandbox::pagemap::{self, PAGE};
+use crate::sandbox::snapshot::Snapshot;
 use crate::sandbox::{Instance, RunOptions, Sandbox, SandboxError};
-use pagemap::PAGE;
-use snapshot::Snapshot;
 
 /// A run of code in a session: how it went, and what became of the session.
 #[derive(Debug)]

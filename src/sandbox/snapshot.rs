@@ -1,4 +1,5 @@
-//! A session's memory at rest, kept to undo a call: the pages that differ from a fresh instance's.
+//! A memory at rest as the pages that differ from a fresh instance's: what a session keeps to
+//! undo a call, and the CPython engine's template that fresh calls start from.
 
 use super::pagemap::PAGE;
 
@@ -12,11 +13,11 @@ const BLOCK_PAGES: usize = 256;
 /// A memory at rest, as the pages that differ from a fresh instance's memory (beyond the end of
 /// that, from zero). Most of the interpreter's 29 MiB image never changes, so this stays small.
 #[derive(Debug, Default)]
-pub(super) struct Snapshot {
+pub(crate) struct Snapshot {
     /// Size of the memory, in bytes; 0 stands for a fresh instance.
-    pub(super) len: usize,
+    pub(crate) len: usize,
     /// Offsets of the saved pages, in the order of `blocks`.
-    pub(super) offsets: Vec<usize>,
+    pub(crate) offsets: Vec<usize>,
     /// The saved pages, [`PAGE`] bytes each, [`BLOCK_PAGES`] to a block.
     blocks: Vec<Vec<u8>>,
 }
@@ -24,7 +25,7 @@ pub(super) struct Snapshot {
 impl Snapshot {
     /// Records `live` against `pristine`. Pages `written` says were not written are skipped:
     /// they still hold what a fresh instance holds.
-    pub(super) fn capture(&mut self, live: &[u8], pristine: &[u8], written: Option<&[bool]>) {
+    pub(crate) fn capture(&mut self, live: &[u8], pristine: &[u8], written: Option<&[bool]>) {
         // Wasm memory grows in 64 KiB pages, so it always divides into whole host pages.
         debug_assert_eq!(live.len() % PAGE, 0);
         self.len = live.len();
@@ -59,7 +60,7 @@ impl Snapshot {
         self.offsets.shrink_to(self.offsets.len() * 2);
     }
 
-    pub(super) fn pages(&self) -> impl Iterator<Item = (usize, &[u8])> {
+    pub(crate) fn pages(&self) -> impl Iterator<Item = (usize, &[u8])> {
         self.offsets
             .iter()
             .copied()
@@ -67,7 +68,7 @@ impl Snapshot {
     }
 
     /// Bytes held, saved pages and bookkeeping.
-    pub(super) fn held_bytes(&self) -> usize {
+    pub(crate) fn held_bytes(&self) -> usize {
         self.blocks.iter().map(Vec::capacity).sum::<usize>()
             + self.offsets.capacity() * size_of::<usize>()
     }
