@@ -306,8 +306,14 @@ fn without_the_engine_installed_each_call_says_how_to_install_it() {
 fn cpython_fresh_calls_start_from_the_template_and_share_nothing() {
     let changed = run("import math, random\nmath.pi = 3\nrandom.seed(1)\nleak = 1");
     assert!(!changed.is_failure(), "{changed:#?}");
-    assert_eq!(value("import math\nmath.pi").as_deref(), Some("3.141592653589793"));
-    assert_eq!(run("leak").error().map(|e| e.kind.as_str()), Some("NameError"));
+    assert_eq!(
+        value("import math\nmath.pi").as_deref(),
+        Some("3.141592653589793")
+    );
+    assert_eq!(
+        run("leak").error().map(|e| e.kind.as_str()),
+        Some("NameError")
+    );
     let draw = "import random\nrandom.random()";
     assert_ne!(value(draw), value(draw), "each fresh call is seeded afresh");
 }
