@@ -216,7 +216,7 @@ impl Sandbox {
 
     /// A new instance for one fresh call: RustPython's from its snapshot as compiled, CPython's
     /// from the engine's template.
-    async fn fresh(&self) -> Result<Instance, SandboxError> {
+    pub(crate) async fn fresh(&self) -> Result<Instance, SandboxError> {
         if let Guest::RustPython = self.guest {
             return Ok(Instance::new(self));
         }

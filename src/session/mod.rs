@@ -62,11 +62,12 @@ enum State {
 }
 
 impl Session {
-    /// An empty session. Nothing is instantiated until its first call.
+    /// An empty session, on an instance as a fresh call gets one (RustPython's is instantiated by
+    /// its first call; CPython's starts from the engine's template, its driver installed).
     pub async fn new(sandbox: &Sandbox) -> Result<Session, SandboxError> {
         Ok(Session {
             pristine: sandbox.pristine().await?,
-            instance: Instance::new(sandbox),
+            instance: sandbox.fresh().await?,
             sandbox: sandbox.clone(),
             snapshot: Arc::default(),
             state: State::Saved,
