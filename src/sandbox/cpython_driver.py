@@ -108,6 +108,12 @@ def _install():
 
     import _host
 
+    # Pure-Python halves of native modules, which those import on the user's behalf from native
+    # code (`datetime.strptime` imports `_strptime`): loaded here, and allowed with either owner.
+    import _strptime
+
+    helpers = {"_strptime": ("datetime", "time")}
+
     real_import = builtins.__import__
     door = _host.call
     state = {"main": None, "request": None}
@@ -201,7 +207,7 @@ def _install():
         fromlist = tuple(fromlist) if fromlist is not None else ()
         # `import a.b` binds `a`; `from a.b import x` hands over `a.b`.
         handed = name if fromlist else name.partition(".")[0]
-        if not host_allows(handed):
+        if not host_allows(handed) and not any(map(host_allows, helpers.get(handed, ()))):
             allowed = ", ".join((state["request"] or {}).get("allowed", ()))
             refuse(
                 "import of '%s' is not allowed in this sandbox (allowed: %s)" % (handed, allowed),

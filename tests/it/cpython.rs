@@ -119,6 +119,19 @@ fn cpython_imports_only_what_the_policy_allows() {
 }
 
 #[test]
+fn cpython_parses_dates_with_strptime() {
+    let code = "from datetime import datetime\nimport time\n\
+                (datetime.strptime('2026-12-03 17:05', '%Y-%m-%d %H:%M').isoformat(), \
+                 time.strptime('03/12/2026', '%d/%m/%Y').tm_yday)";
+    assert_eq!(value(code).as_deref(), Some("('2026-12-03T17:05:00', 337)"));
+    let refused = run("import _strptime");
+    assert!(
+        !refused.is_failure(),
+        "the half of an allowed module: {refused:#?}"
+    );
+}
+
+#[test]
 fn cpython_runs_numpy_and_pandas_when_allowed() {
     let code = "import numpy as np\nimport pandas as pd\n\
                 df = pd.DataFrame({'a': np.arange(4), 'b': [1.5, 2.5, 3.5, 4.5]})\n\
