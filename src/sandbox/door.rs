@@ -11,11 +11,10 @@
 //! bounds, as the RustPython guest's imports in [`super::host`]. The driver ships with the host,
 //! so the two always match: this module is that protocol's one place.
 
-use safe_python_protocol as protocol;
 use wasmtime::{Caller, Extern, Linker};
 
 use super::SandboxError;
-use super::host::{HostState, memory, read_guest};
+use super::host::{HostState, ask_import, memory, read_guest, take_report};
 
 /// The driver, run by the first turn of every instance.
 pub(super) const DRIVER: &str = include_str!("cpython_driver.py");
@@ -90,6 +89,7 @@ fn answer(
     ptr: i32,
     len: i32,
 ) -> wasmtime::Result<Option<Vec<u8>>> {
+    // `len` is an i32, so the payload's length fits one too.
     let Some(payload_len) = u32::try_from(len).ok().and_then(|l| l.checked_sub(1)) else {
         return Ok(None);
     };
@@ -98,26 +98,11 @@ fn answer(
     Ok(Some(match op {
         op::REQUEST => caller.data().request.clone(),
         op::IMPORT_ALLOWED => {
-            // A name too long to be one is refused unread: an `ImportError`, not a fault.
-            let allowed = payload_len <= protocol::MAX_MODULE_NAME_BYTES && {
-                let name = read_guest(
-                    caller,
-                    payload,
-                    payload_len as i32,
-                    protocol::MAX_MODULE_NAME_BYTES,
-                )?;
-                caller.data().import_allowed(&name)
-            };
+            let allowed = ask_import(caller, payload, payload_len as i32)?;
             vec![if allowed { b'1' } else { b'0' }]
         }
         op::REPORT => {
-            if caller.data_mut().report_fits(payload_len) {
-                let limit = caller.data().report_limit;
-                match read_guest(caller, payload, payload_len as i32, limit) {
-                    Ok(bytes) => caller.data_mut().report = Some(bytes),
-                    Err(e) => caller.data_mut().protocol_fault = Some(format!("{e:#}")),
-                }
-            }
+            take_report(caller, payload, payload_len as i32);
             Vec::new()
         }
         other => {

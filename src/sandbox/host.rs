@@ -266,30 +266,45 @@ pub(super) fn add_protocol_to_linker(linker: &mut Linker<HostState>) -> wasmtime
         M,
         imports::IMPORT_ALLOWED,
         |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
-            // A name too long to be one is refused rather than read: an `ImportError` for the
-            // code, not a trap.
-            if !u32::try_from(len).is_ok_and(|l| l <= protocol::MAX_MODULE_NAME_BYTES) {
-                return Ok(0);
-            }
-            let name = read_guest(&mut caller, ptr, len, protocol::MAX_MODULE_NAME_BYTES)?;
-            Ok(i32::from(caller.data().import_allowed(&name)))
+            Ok(i32::from(ask_import(&mut caller, ptr, len)?))
         },
     )?;
     linker.func_wrap(
         M,
         imports::REPORT,
         |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
-            // A negative length is read, and refused by `read_guest` as a protocol fault.
-            let fits = u32::try_from(len).map_or(true, |l| caller.data_mut().report_fits(l));
-            if fits {
-                let limit = caller.data().report_limit;
-                match read_guest(&mut caller, ptr, len, limit) {
-                    Ok(bytes) => caller.data_mut().report = Some(bytes),
-                    Err(e) => caller.data_mut().protocol_fault = Some(format!("{e:#}")),
-                }
-            }
+            take_report(&mut caller, ptr, len);
             Ok(())
         },
     )?;
     Ok(())
+}
+
+/// Whether user code may import the module named by the `len` bytes at `ptr`: both engines' way
+/// of asking. A name too long to be one is refused unread: an `ImportError` for the code, not a
+/// trap.
+pub(super) fn ask_import(
+    caller: &mut Caller<'_, HostState>,
+    ptr: i32,
+    len: i32,
+) -> wasmtime::Result<bool> {
+    if !u32::try_from(len).is_ok_and(|l| l <= protocol::MAX_MODULE_NAME_BYTES) {
+        return Ok(false);
+    }
+    let name = read_guest(caller, ptr, len, protocol::MAX_MODULE_NAME_BYTES)?;
+    Ok(caller.data().import_allowed(&name))
+}
+
+/// Keeps the report of `len` bytes at `ptr`, if it fits the call's limit: both engines' way of
+/// reporting. What goes wrong is recorded for [`crate::outcome::classify`], never raised: a
+/// negative length is read, and refused by `read_guest` as a protocol fault.
+pub(super) fn take_report(caller: &mut Caller<'_, HostState>, ptr: i32, len: i32) {
+    let fits = u32::try_from(len).map_or(true, |l| caller.data_mut().report_fits(l));
+    if fits {
+        let limit = caller.data().report_limit;
+        match read_guest(caller, ptr, len, limit) {
+            Ok(bytes) => caller.data_mut().report = Some(bytes),
+            Err(e) => caller.data_mut().protocol_fault = Some(format!("{e:#}")),
+        }
+    }
 }
