@@ -9,9 +9,7 @@ use safe_python_executor::{
 };
 
 fn run_with(code: &str, options: &RunOptions) -> RunResult {
-    common::runtime()
-        .block_on(cpython().run(code, options))
-        .expect("no host fault")
+    common::run_in(cpython(), code, options)
 }
 
 fn run(code: &str) -> RunResult {
@@ -20,9 +18,7 @@ fn run(code: &str) -> RunResult {
 
 #[track_caller]
 fn value(code: &str) -> Option<String> {
-    let result = run(code);
-    assert!(!result.is_failure(), "{code:?}: {result:#?}");
-    result.result().map(str::to_owned)
+    common::completed_value(code, run(code))
 }
 
 fn allowing(modules: &[&str]) -> RunOptions {

@@ -82,10 +82,15 @@ pub fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-pub fn run_with(code: &str, options: &RunOptions) -> RunResult {
+/// `code`, run fresh in `sandbox` (RustPython's [`sandbox`] or [`cpython`]) under `options`.
+pub fn run_in(sandbox: &Sandbox, code: &str, options: &RunOptions) -> RunResult {
     runtime()
-        .block_on(sandbox().run(code, options))
+        .block_on(sandbox.run(code, options))
         .expect("no host fault")
+}
+
+pub fn run_with(code: &str, options: &RunOptions) -> RunResult {
+    run_in(sandbox(), code, options)
 }
 
 pub fn run(code: &str) -> RunResult {
@@ -125,7 +130,12 @@ pub fn tight() -> Limits {
 /// The result value of code that must complete.
 #[track_caller]
 pub fn value(code: &str) -> Option<String> {
-    let r = run(code);
+    completed_value(code, run(code))
+}
+
+/// The result of `code`'s run `r`, which must have completed.
+#[track_caller]
+pub fn completed_value(code: &str, r: RunResult) -> Option<String> {
     assert!(!r.is_failure(), "{code:?} did not complete: {r:#?}");
     r.result().map(str::to_owned)
 }
