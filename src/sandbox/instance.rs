@@ -120,6 +120,12 @@ impl Instance {
                 "the CPython engine's driver failed to start (status {status}); its stderr says why"
             );
         }
+        self.mark_driver_installed();
+        Ok(())
+    }
+
+    /// Records that this CPython instance's memory holds the driver (RustPython has none).
+    fn mark_driver_installed(&mut self) {
         if let Some(Exports {
             entry: Entry::Turn {
                 driver_installed, ..
@@ -129,7 +135,6 @@ impl Instance {
         {
             *driver_installed = true;
         }
-        Ok(())
     }
 
     /// A CPython instance whose driver is installed and which has run nothing else: what the
@@ -204,17 +209,10 @@ impl Instance {
                 .write(&mut instance.store, offset, bytes)
                 .map_err(|e| SandboxError::Setup(e.into()))?;
         }
-        // Memory restored from an instance comes from one that completed a call, so the CPython
-        // driver is part of it.
-        if len > 0
-            && let Some(Exports {
-                entry: Entry::Turn {
-                    driver_installed, ..
-                },
-                ..
-            }) = &mut instance.exports
-        {
-            *driver_installed = true;
+        // Memory restored into an instance holds the CPython driver: it is the engine's template,
+        // or a session's after a call that completed.
+        if len > 0 {
+            instance.mark_driver_installed();
         }
         Ok(instance)
     }
