@@ -3,8 +3,9 @@
 //! installed first (`safe-python-mcp --engine cpython --check`).
 //!
 //! Runs each program of `../shared/bench/programs.py` (a `PROGRAMS` dict of name to source, each
-//! ending in a checksum expression) in the sandbox and in CPython, checks that the checksums agree,
-//! and prints each ratio, their geometric mean, and the per-run overhead of `print(1)`.
+//! ending in a checksum expression) in the sandbox, with fuel metering and without (`--fuel off`),
+//! and in CPython; checks that the checksums agree, and prints the per-call overhead of
+//! `print(1)`, each ratio of run times and their geometric means.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use safe_python_executor::cache;
 use safe_python_executor::cpython::Artifacts;
+use safe_python_executor::engine::Metering;
 use safe_python_executor::{Limits, RunOptions, Sandbox, SandboxOptions};
 
 const REPS: usize = 5;
@@ -35,8 +37,9 @@ print(json.dumps({"ms": sorted(times)[len(times) // 2], "value": repr(value)}))
 "#;
 
 fn main() -> anyhow::Result<()> {
-    let programs_path = std::env::args()
-        .skip(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let programs_path = args
+        .iter()
         .find(|a| a.ends_with(".py"))
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -44,24 +47,7 @@ fn main() -> anyhow::Result<()> {
         });
     let programs = load_programs(&programs_path)?;
     let python = python_version()?;
-
-    let cpython = std::env::args().any(|a| a == "cpython");
-    let sandbox = if cpython {
-        let dir = cache::default_dir().context("no cache directory")?;
-        let artifacts = Artifacts::find(&dir)?.context(
-            "the CPython engine is not installed: safe-python-mcp --engine cpython --check",
-        )?;
-        let started = Instant::now();
-        let sandbox = Sandbox::cpython(&artifacts, SandboxOptions::default())?;
-        println!(
-            "CPython engine loaded in {:.0} ms ({:?})",
-            started.elapsed().as_secs_f64() * 1000.0,
-            sandbox.prepared()
-        );
-        sandbox
-    } else {
-        Sandbox::new(SandboxOptions::default())?
-    };
+    let cpython = args.iter().any(|a| a == "cpython");
     let engine = if cpython { "cpython" } else { "rustpython" };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -74,56 +60,77 @@ fn main() -> anyhow::Result<()> {
         },
         ..RunOptions::default()
     };
-    let run = |code: &str| -> anyhow::Result<(f64, Option<String>)> {
-        let started = Instant::now();
-        let r = runtime.block_on(sandbox.run(code, &options))?;
-        let ms = started.elapsed().as_secs_f64() * 1000.0;
-        anyhow::ensure!(!r.is_failure(), "the sandbox failed: {r:?}");
-        Ok((ms, r.result().map(str::to_owned)))
-    };
 
-    println!(
-        "sandbox ({engine} engine, default fuel metering) vs native {python}, median of {REPS} \
-         runs, run time only (no process start)"
-    );
-    println!(
-        "{:<12} {:>12} {:>12} {:>8}",
-        "program", "sandbox ms", "native ms", "ratio"
-    );
-    let mut log_sum = 0.0;
-    for (name, code) in &programs {
-        let mut times = Vec::new();
-        let mut value = None;
-        for _ in 0..REPS {
-            let (ms, v) = run(code)?;
-            times.push(ms);
-            value = v;
-        }
-        let sandbox_ms = median(&mut times);
-        let (native_ms, native_value) = native(code)?;
-        anyhow::ensure!(
-            value.as_deref() == Some(native_value.as_str()),
-            "{name}: the sandbox computed {value:?}, CPython {native_value}"
+    let natives = programs
+        .iter()
+        .map(|(_, code)| native(code))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // The same programs with fuel metering (the default) and without (`--fuel off`).
+    let mut columns = Vec::new();
+    for metering in [Metering::Fuel, Metering::Off] {
+        let sandbox = load(cpython, metering)?;
+        let run = |code: &str| -> anyhow::Result<(f64, Option<String>)> {
+            let started = Instant::now();
+            let r = runtime.block_on(sandbox.run(code, &options))?;
+            let ms = started.elapsed().as_secs_f64() * 1000.0;
+            anyhow::ensure!(!r.is_failure(), "the sandbox failed: {r:?}");
+            Ok((ms, r.result().map(str::to_owned)))
+        };
+        let mut trivial = (0..300)
+            .map(|_| Ok(run("print(1)")?.0))
+            .collect::<anyhow::Result<Vec<f64>>>()?;
+        let overhead = median(&mut trivial);
+        println!(
+            "{metering:?}: per-call overhead of print(1), fresh instance each run (300 runs): \
+             p50 {overhead:.2} ms, p90 {:.2} ms",
+            trivial[trivial.len() * 9 / 10]
         );
-        let ratio = sandbox_ms / native_ms;
-        log_sum += ratio.ln();
-        println!("{name:<12} {sandbox_ms:>12.1} {native_ms:>12.1} {ratio:>7.1}x");
+        let mut times = Vec::new();
+        for ((name, code), (_, native_value)) in programs.iter().zip(&natives) {
+            let mut reps = Vec::new();
+            let mut value = None;
+            for _ in 0..REPS {
+                let (ms, v) = run(code)?;
+                reps.push(ms);
+                value = v;
+            }
+            anyhow::ensure!(
+                value.as_deref() == Some(native_value.as_str()),
+                "{name}: the sandbox computed {value:?}, CPython {native_value}"
+            );
+            // Run time only, as for native: the call's fixed cost is measured above.
+            times.push((median(&mut reps) - overhead).max(0.01));
+        }
+        columns.push((metering, times));
     }
-    println!(
-        "geometric mean of ratios: {:.2}x",
-        (log_sum / programs.len() as f64).exp()
-    );
 
-    let mut trivial = Vec::new();
-    for _ in 0..300 {
-        trivial.push(run("print(1)")?.0);
-    }
-    trivial.sort_by(f64::total_cmp);
     println!(
-        "per-run overhead of print(1), fresh instance each run (300 runs): p50 {:.2} ms, p90 {:.2} ms",
-        trivial[trivial.len() / 2],
-        trivial[trivial.len() * 9 / 10]
+        "\nsandbox ({engine} engine) vs native {python}, median of {REPS} runs, run time only \
+         (the sandbox's per-call overhead above is subtracted; no process start)"
     );
+    print!("{:<12} {:>10}", "program", "native ms");
+    for (metering, _) in &columns {
+        print!(" {:>12} {:>7}", format!("{metering:?} ms"), "ratio");
+    }
+    println!();
+    let mut log_sums = vec![0.0; columns.len()];
+    for (i, (name, _)) in programs.iter().enumerate() {
+        let native_ms = natives[i].0;
+        print!("{name:<12} {native_ms:>10.1}");
+        for (c, (_, times)) in columns.iter().enumerate() {
+            let ratio = times[i] / native_ms;
+            log_sums[c] += ratio.ln();
+            print!(" {:>12.1} {ratio:>6.2}x", times[i]);
+        }
+        println!();
+    }
+    for ((metering, _), log_sum) in columns.iter().zip(log_sums) {
+        println!(
+            "geometric mean of ratios, {metering:?}: {:.2}x",
+            (log_sum / programs.len() as f64).exp()
+        );
+    }
+
     // `python3` may be a launcher script (pyenv): time the interpreter it resolves to.
     let python = String::from_utf8(
         Command::new("python3")
@@ -137,6 +144,28 @@ fn main() -> anyhow::Result<()> {
         process_ms(python.trim(), &[])?
     );
     Ok(())
+}
+
+/// The sandbox of the engine asked for, with this metering (compiled on first use of each).
+fn load(cpython: bool, metering: Metering) -> anyhow::Result<Sandbox> {
+    let options = SandboxOptions {
+        metering,
+        ..SandboxOptions::default()
+    };
+    if !cpython {
+        return Ok(Sandbox::new(options)?);
+    }
+    let dir = cache::default_dir().context("no cache directory")?;
+    let artifacts = Artifacts::find(&dir)?
+        .context("the CPython engine is not installed: safe-python-mcp --engine cpython --check")?;
+    let started = Instant::now();
+    let sandbox = Sandbox::cpython(&artifacts, options)?;
+    println!(
+        "CPython engine ({metering:?}) loaded in {:.0} ms ({:?})",
+        started.elapsed().as_secs_f64() * 1000.0,
+        sandbox.prepared()
+    );
+    Ok(sandbox)
 }
 
 fn median(xs: &mut [f64]) -> f64 {

@@ -33,19 +33,34 @@ pub enum EngineKind {
     CPython,
 }
 
-/// The configuration every module and store of the RustPython engine is made with. The wizening
-/// tool uses it too, so a snapshot is taken under the same semantics it will run under.
+/// How compute is bounded besides the wall-clock limit, which always holds. Fuel is compiled
+/// into the guest's code (a counter checked in every loop and call), so each choice has a
+/// compiled module of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Metering {
+    /// An instruction budget ([`crate::limits::Limits::fuel`]): the same on any machine, and
+    /// stops code that a fast machine would run within its time. It costs compute speed (about a
+    /// third on the CPython engine); `benches/compare.rs` measures how much.
+    #[default]
+    Fuel,
+    /// No instruction count: the wall-clock, memory and output limits alone bound a run.
+    Off,
+}
+
+/// The configuration every module and store of the RustPython engine is made with by default.
+/// The wizening tool uses it too, so a snapshot is taken under the same semantics it will run
+/// under.
 pub fn config() -> Config {
-    config_for(EngineKind::RustPython)
+    config_for(EngineKind::RustPython, Metering::Fuel)
 }
 
 /// The configuration of `kind`'s modules and stores. Only CPython uses wasm exceptions (its
 /// `setjmp`/`longjmp`); RustPython keeps them off, so its compiled module stays what it was.
-pub fn config_for(kind: EngineKind) -> Config {
+pub fn config_for(kind: EngineKind, metering: Metering) -> Config {
     let mut config = Config::new();
     config
         .wasm_exceptions(kind == EngineKind::CPython)
-        .consume_fuel(true)
+        .consume_fuel(metering == Metering::Fuel)
         .epoch_interruption(true)
         .cranelift_opt_level(OptLevel::Speed)
         .max_wasm_stack(MAX_WASM_STACK)
@@ -57,8 +72,8 @@ pub fn config_for(kind: EngineKind) -> Config {
 
 /// Builds the engine for `kind` and starts its epoch ticker, which stops once the engine is
 /// dropped.
-pub fn new(kind: EngineKind) -> wasmtime::Result<Engine> {
-    let engine = Engine::new(&config_for(kind))?;
+pub fn new(kind: EngineKind, metering: Metering) -> wasmtime::Result<Engine> {
+    let engine = Engine::new(&config_for(kind, metering))?;
     let weak = engine.weak();
     thread::Builder::new()
         .name("sandbox-epoch".into())

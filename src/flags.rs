@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cache::{self, CACHE_DIR_ENV};
 use crate::cpython::{self, Artifacts, Progress, Stage};
-use crate::engine::EngineKind;
+use crate::engine::{EngineKind, Metering};
 use crate::limits::Limits;
 use crate::policy::{ImportPolicy, validate_module_name};
 use crate::sandbox::{RunOptions, Sandbox, SandboxError, SandboxOptions};
@@ -33,9 +33,11 @@ pub struct SandboxFlags {
           value_parser = clap::value_parser!(u64).range(32..=4096), env = "SAFE_PYTHON_MEMORY")]
     pub memory: u64,
 
-    /// Instruction budget in fuel units (about 4 billion per second of compute).
-    #[arg(long, value_name = "N", default_value_t = Limits::DEFAULT_FUEL, value_parser = clap::value_parser!(u64).range(1..), env = "SAFE_PYTHON_FUEL")]
-    pub fuel: u64,
+    /// Instruction budget in fuel units (about 4 billion per second of compute), the same on any
+    /// machine. `off` counts no instructions: compute runs about a third faster on the CPython
+    /// engine and the time limit alone stops it (the engine is compiled once more for it).
+    #[arg(long, value_name = "N|off", default_value_t = Fuel::Budget(Limits::DEFAULT_FUEL), value_parser = parse_fuel, env = "SAFE_PYTHON_FUEL")]
+    pub fuel: Fuel,
 
     /// Limit on stdout and stderr together, in bytes; past it the output is cut and the run stopped.
     /// Output, result and exception as reported share half of it (measured as JSON), each longer
@@ -70,9 +72,19 @@ impl SandboxFlags {
     pub fn limits(&self) -> Limits {
         Limits {
             timeout: Duration::from_secs_f64(self.timeout),
-            fuel: self.fuel,
+            fuel: match self.fuel {
+                Fuel::Budget(n) => n,
+                Fuel::Off => u64::MAX,
+            },
             memory_bytes: (self.memory as usize) << 20,
             max_output_bytes: self.max_output as usize,
+        }
+    }
+
+    pub fn metering(&self) -> Metering {
+        match self.fuel {
+            Fuel::Budget(_) => Metering::Fuel,
+            Fuel::Off => Metering::Off,
         }
     }
 
@@ -99,6 +111,7 @@ impl SandboxFlags {
         let options = SandboxOptions {
             cache_dir: self.cache_dir.clone(),
             on_compile: Some(Box::new(on_compile)),
+            metering: self.metering(),
         };
         match self.engine {
             EngineKind::RustPython => Sandbox::new(options),
@@ -208,6 +221,34 @@ fn cache_dir_help() -> String {
 /// An empty name is accepted and allows nothing ([`ImportPolicy::with_extra`] skips it): installers
 /// that always pass the setting (an MCP bundle's `SAFE_PYTHON_ALLOW=${user_config...}`) may leave it
 /// blank.
+/// `--fuel`: a budget, or no metering at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fuel {
+    Budget(u64),
+    Off,
+}
+
+impl std::fmt::Display for Fuel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fuel::Budget(n) => write!(f, "{n}"),
+            Fuel::Off => f.write_str("off"),
+        }
+    }
+}
+
+fn parse_fuel(s: &str) -> Result<Fuel, String> {
+    match s.trim() {
+        "off" => Ok(Fuel::Off),
+        n => match n.parse::<u64>() {
+            Ok(0) | Err(_) => Err(format!(
+                "`{s}` is not a fuel budget: give a whole number of at least 1, or `off`"
+            )),
+            Ok(n) => Ok(Fuel::Budget(n)),
+        },
+    }
+}
+
 fn parse_module(s: &str) -> Result<String, String> {
     let s = s.trim();
     if !s.is_empty() {

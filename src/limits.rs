@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-/// Resources one run may use. Every run gets all of them; none can be switched off.
+/// Resources one run may use. Every run gets all of them; only fuel can be switched off, for a
+/// whole sandbox ([`crate::engine::Metering`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Wall-clock time for the whole run, including time spent sleeping or blocked in the host.

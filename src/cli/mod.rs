@@ -182,6 +182,7 @@ pub fn exit_status(result: &RunResult) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Metering;
     use clap::CommandFactory;
     use std::time::Duration;
 
@@ -214,8 +215,21 @@ mod tests {
         assert_eq!(limits.timeout, Duration::from_millis(1500));
         assert_eq!(limits.memory_bytes, 64 << 20);
         assert_eq!(limits.fuel, 7);
+        assert_eq!(args.sandbox.metering(), Metering::Fuel);
         assert_eq!(limits.max_output_bytes, 99);
         assert_eq!(args.sandbox.allow, ["json", "os.path", "heapq"]);
+    }
+
+    #[test]
+    fn fuel_off_turns_metering_off() {
+        let args = Args::try_parse_from(["sandbox-run", "--fuel", "off", "-c", "1"]).unwrap();
+        assert_eq!(args.sandbox.metering(), Metering::Off);
+        let args = Args::try_parse_from(["sandbox-run", "-c", "1"]).unwrap();
+        assert_eq!(args.sandbox.metering(), Metering::Fuel);
+        assert_eq!(
+            args.sandbox.limits().fuel,
+            crate::limits::Limits::DEFAULT_FUEL
+        );
     }
 
     #[test]
@@ -227,6 +241,8 @@ mod tests {
             &["--memory", "31"],
             &["--memory", "5000"],
             &["--fuel", "0"],
+            &["--fuel", "-3"],
+            &["--fuel", "none"],
             &["--allow", "os;rm"],
             &["--max-output", "-1"],
         ] {

@@ -69,7 +69,7 @@ pub enum Outcome {
 /// Resources a run used.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct Stats {
-    /// Fuel units burnt.
+    /// Fuel units burnt (0 when the server does not meter instructions: `--fuel off`).
     pub fuel: u64,
     /// Wall-clock time of the run, in milliseconds.
     pub wall_ms: u64,

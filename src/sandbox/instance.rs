@@ -8,6 +8,7 @@ use wasmtime::{Memory, Store, TypedFunc};
 
 use super::host::{HostState, MemoryLimiter};
 use super::{Guest, RunOptions, Sandbox, SandboxError, door};
+use crate::engine::Metering;
 use crate::limits::Limits;
 use crate::outcome::{Limit, Outcome, RunResult, Stats, classify};
 
@@ -192,7 +193,9 @@ impl Instance {
         instance.store.data_mut().limiter.max = memory_bytes;
         // Instantiation runs no user code; give it what it needs.
         let store = &mut instance.store;
-        store.set_fuel(u64::MAX).map_err(SandboxError::Setup)?;
+        if sandbox.metering() == Metering::Fuel {
+            store.set_fuel(u64::MAX).map_err(SandboxError::Setup)?;
+        }
         store.set_epoch_deadline(1);
         store.epoch_deadline_async_yield_and_update(1);
         let memory = instance
@@ -253,9 +256,12 @@ impl Instance {
         state
             .sink
             .begin(limits.max_output_bytes, options.observer.clone());
-        self.store
-            .set_fuel(limits.fuel)
-            .map_err(SandboxError::Setup)?;
+        let metered = sandbox.metering() == Metering::Fuel;
+        if metered {
+            self.store
+                .set_fuel(limits.fuel)
+                .map_err(SandboxError::Setup)?;
+        }
         self.store.set_epoch_deadline(1);
         self.store.epoch_deadline_async_yield_and_update(1);
 
@@ -263,7 +269,11 @@ impl Instance {
         let ended = tokio::time::timeout(limits.timeout, self.enter(sandbox)).await;
         let wall = started.elapsed();
 
-        let fuel_left = self.store.get_fuel().unwrap_or(0);
+        // Unmetered, nothing was counted: the report says 0.
+        let fuel_used = match self.store.get_fuel() {
+            Ok(left) if metered => limits.fuel.saturating_sub(left),
+            _ => 0,
+        };
         let state = self.store.data();
         let (outcome, broken) = match ended {
             Err(_elapsed) => (
@@ -282,7 +292,7 @@ impl Instance {
             stdout: String::from_utf8_lossy(&stdout).into_owned(),
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
             stats: Stats {
-                fuel: limits.fuel.saturating_sub(fuel_left),
+                fuel: fuel_used,
                 wall_ms: wall.as_millis().try_into().unwrap_or(u64::MAX),
                 memory_peak_bytes: state.limiter.peak as u64,
             },

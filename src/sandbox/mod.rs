@@ -21,7 +21,7 @@ use wasmtime_wasi::p1;
 
 use crate::cache::{self, CacheError, Prepared, Wasm};
 use crate::cpython::{Artifacts, ArtifactsError, PINNED, Stdlib, StdlibError, install_hint};
-use crate::engine::EngineKind;
+use crate::engine::{EngineKind, Metering};
 use crate::limits::Limits;
 use crate::outcome::RunResult;
 use crate::output::OutputObserver;
@@ -66,6 +66,8 @@ pub struct SandboxOptions {
     /// Cache directory for the compiled guest; `None` means [`cache::default_dir`].
     pub cache_dir: Option<PathBuf>,
     pub on_compile: Option<CompileNotice>,
+    /// Whether runs count instructions against [`Limits::fuel`].
+    pub metering: Metering,
 }
 
 /// What one run may do and who hears its output.
@@ -88,6 +90,7 @@ pub(crate) enum Guest {
 #[derive(Clone)]
 pub struct Sandbox {
     engine: Engine,
+    metering: Metering,
     pre: InstancePre<HostState>,
     prepared: Prepared,
     guest: Guest,
@@ -104,13 +107,14 @@ pub struct Sandbox {
 impl Sandbox {
     /// Loads the embedded RustPython guest (from the compiled-module cache when it can).
     pub fn new(options: SandboxOptions) -> Result<Sandbox, SandboxError> {
+        let metering = options.metering;
         let (engine, module, prepared) = Self::load(
             EngineKind::RustPython,
             Wasm::Bytes(embedded::WASM),
             embedded::SHA256,
             options,
         )?;
-        Self::link(engine, module, prepared, Guest::RustPython)
+        Self::link(engine, metering, module, prepared, Guest::RustPython)
     }
 
     /// Loads the CPython engine from its installed artifacts (see [`crate::cpython`]). The first
@@ -121,13 +125,14 @@ impl Sandbox {
     ) -> Result<Sandbox, SandboxError> {
         let stdlib = Stdlib::load(&artifacts.stdlib())?;
         let snapshot = artifacts.snapshot();
+        let metering = options.metering;
         let (engine, module, prepared) = Self::load(
             EngineKind::CPython,
             Wasm::File(&snapshot),
             PINNED.snapshot.sha256,
             options,
         )?;
-        Self::link(engine, module, prepared, Guest::CPython(stdlib))
+        Self::link(engine, metering, module, prepared, Guest::CPython(stdlib))
     }
 
     fn load(
@@ -136,7 +141,7 @@ impl Sandbox {
         sha256: &str,
         mut options: SandboxOptions,
     ) -> Result<(Engine, Module, Prepared), SandboxError> {
-        let engine = engine::new(kind).map_err(SandboxError::Engine)?;
+        let engine = engine::new(kind, options.metering).map_err(SandboxError::Engine)?;
         let dir = options.cache_dir.take().or_else(cache::default_dir);
         let mut on_compile = options.on_compile.take();
         let (module, prepared) =
@@ -151,11 +156,13 @@ impl Sandbox {
     /// A sandbox around another guest module speaking this crate's protocol, compiled in memory and
     /// never cached: for checking how the host copes with a faulty or hostile guest.
     pub fn with_guest(wasm: &[u8]) -> Result<Sandbox, SandboxError> {
-        let engine = engine::new(EngineKind::RustPython).map_err(SandboxError::Engine)?;
+        let engine =
+            engine::new(EngineKind::RustPython, Metering::Fuel).map_err(SandboxError::Engine)?;
         let module =
             Module::new(&engine, wasm).map_err(|e| SandboxError::Cache(CacheError::Compile(e)))?;
         Self::link(
             engine,
+            Metering::Fuel,
             module,
             Prepared::CompiledUncached,
             Guest::RustPython,
@@ -164,6 +171,7 @@ impl Sandbox {
 
     fn link(
         engine: Engine,
+        metering: Metering,
         module: Module,
         prepared: Prepared,
         guest: Guest,
@@ -192,6 +200,7 @@ impl Sandbox {
             .map_err(SandboxError::Link)?;
         Ok(Sandbox {
             engine,
+            metering,
             pre,
             prepared,
             guest,
@@ -249,6 +258,11 @@ impl Sandbox {
     }
 
     /// How the compiled guest was obtained.
+    /// Whether runs count instructions (see [`Metering`]).
+    pub fn metering(&self) -> Metering {
+        self.metering
+    }
+
     pub fn prepared(&self) -> &Prepared {
         &self.prepared
     }

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use common::{run, run_limited, run_with, tight};
-use safe_python_executor::{ImportPolicy, Limit, Limits, Outcome, RunOptions, RunResult};
+use safe_python_executor::engine::Metering;
+use safe_python_executor::{
+    ImportPolicy, Limit, Limits, Outcome, RunOptions, RunResult, Sandbox, SandboxOptions,
+};
 
 #[track_caller]
 fn assert_limit(code: &str, limits: Limits, expected: Limit) -> RunResult {
@@ -251,4 +254,36 @@ fn a_memory_error_without_a_refused_growth_is_not_the_memory_limit() {
     let r = run_limited("raise MemoryError('by hand')", tight());
     assert_eq!(r.limit(), None, "{r:?}");
     assert_eq!(r.error().map(|e| e.kind.as_str()), Some("MemoryError"));
+}
+
+/// `--fuel off`: no instruction count at all, so a budget that would stop the code does not, and
+/// the wall-clock limit alone ends an endless loop.
+#[test]
+fn without_metering_the_time_limit_alone_stops_compute() {
+    let sandbox = Sandbox::new(SandboxOptions {
+        cache_dir: Some(common::cache_dir()),
+        metering: Metering::Off,
+        ..SandboxOptions::default()
+    })
+    .expect("the unmetered sandbox starts");
+    let budget = Limits {
+        fuel: 1_000,
+        ..Limits::default()
+    };
+    let options = RunOptions {
+        limits: budget.clone(),
+        ..RunOptions::default()
+    };
+    let r = common::run_in(&sandbox, "sum(range(10**6))", &options);
+    assert_eq!(r.result(), Some("499999500000"), "{r:#?}");
+    assert_eq!(r.stats.fuel, 0, "nothing is counted");
+    let options = RunOptions {
+        limits: Limits {
+            timeout: Duration::from_millis(300),
+            ..budget
+        },
+        ..RunOptions::default()
+    };
+    let r = common::run_in(&sandbox, "while True: pass", &options);
+    assert_eq!(r.limit(), Some(Limit::Timeout), "{r:#?}");
 }
