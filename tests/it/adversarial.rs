@@ -34,6 +34,7 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::Engine;
 use common::client::{
     Client, connect, handle_in, new_session, refused, run_python, run_python_with, session_call,
     text,
@@ -51,27 +52,6 @@ const CANARY_VALUE: &str = "canary-9f3b1c-never-visible";
 const CANARY_FILE: &str = "canary.txt";
 const CANARY_CONTENT: &str = "canary file content 7d2e";
 const OPEN_MODULES: &str = "os,sys,io,pathlib,subprocess,socket,urllib,ctypes,builtins,importlib";
-
-/// The engine a suite runs against.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Engine {
-    RustPython,
-    CPython,
-}
-
-impl Engine {
-    /// The server's flags for this engine. CPython's artifacts are installed, and its module
-    /// compiled, into the suite's cache first, so that no server compiles it during a case.
-    fn flags(self) -> &'static [&'static str] {
-        match self {
-            Engine::RustPython => &[],
-            Engine::CPython => {
-                common::cpython();
-                &["--engine", "cpython"]
-            }
-        }
-    }
-}
 
 #[derive(Debug, Deserialize)]
 struct Case {

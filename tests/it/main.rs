@@ -9,6 +9,7 @@ mod common;
 
 mod adversarial;
 mod cli;
+mod corpus;
 mod cpython;
 mod faults;
 mod first_run;
