@@ -8,6 +8,7 @@
 mod common;
 
 mod adversarial;
+mod cancel;
 mod cli;
 mod corpus;
 mod cpython;
