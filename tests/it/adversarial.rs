@@ -23,7 +23,7 @@
 //! handle, say) instead of none or the pass's own handle. A case with `"cpython": {"expect",
 //! "because"}` expects otherwise on the CPython engine, where its behaviour is legitimately
 //! different (another exception type, a guarantee only RustPython's native driver gives); the
-//! reason is mandatory. The fresh pass runs on both engines.
+//! reason is mandatory. Both passes run on both engines.
 //!
 //! Below the suite, the attacks on sessions that a case file cannot express: handles taken from
 //! another server, changed by one character, or used after their session was reset, expired or
@@ -190,6 +190,12 @@ async fn cpython_hostile_code_never_breaks_the_server() {
 #[tokio::test]
 async fn hostile_code_never_breaks_a_session() {
     run_suite(Engine::RustPython, true).await;
+}
+
+/// The same cases in sessions on the CPython engine, whose rollback restores a far larger memory.
+#[tokio::test]
+async fn cpython_hostile_code_never_breaks_a_session() {
+    run_suite(Engine::CPython, true).await;
 }
 
 async fn run_suite(engine: Engine, in_sessions: bool) {
