@@ -14,9 +14,12 @@ use crate::common::client::{cancel_after, connect, new_session, run_python, sess
 use crate::common::{self, Engine};
 
 /// Code that runs for minutes once it has printed its first line (before which it may take a
-/// while: importing numpy in a fresh instance takes seconds), by what keeps it busy.
+/// while: importing numpy in a fresh instance takes seconds), named by what keeps it busy.
 const ENDLESS: [(&str, &str); 3] = [
-    ("a busy loop", "print('started')\nwhile True: pass"),
+    (
+        "a busy loop",
+        "print('started', flush=True)\nwhile True: pass",
+    ),
     (
         "a sleep",
         "import time\nprint('started', flush=True)\ntime.sleep(600)",
