@@ -23,7 +23,7 @@
 //! handle, say) instead of none or the pass's own handle. A case with `"cpython": {"expect",
 //! "because"}` expects otherwise on the CPython engine, where its behaviour is legitimately
 //! different (another exception type, a guarantee only RustPython's native driver gives); the
-//! reason is mandatory. The fresh pass runs on both engines.
+//! reason is mandatory. Both passes run on both engines.
 //!
 //! Below the suite, the attacks on sessions that a case file cannot express: handles taken from
 //! another server, changed by one character, or used after their session was reset, expired or
@@ -34,6 +34,7 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::Engine;
 use common::client::{
     Client, connect, handle_in, new_session, refused, run_python, run_python_with, session_call,
     text,
@@ -51,27 +52,6 @@ const CANARY_VALUE: &str = "canary-9f3b1c-never-visible";
 const CANARY_FILE: &str = "canary.txt";
 const CANARY_CONTENT: &str = "canary file content 7d2e";
 const OPEN_MODULES: &str = "os,sys,io,pathlib,subprocess,socket,urllib,ctypes,builtins,importlib";
-
-/// The engine a suite runs against.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Engine {
-    RustPython,
-    CPython,
-}
-
-impl Engine {
-    /// The server's flags for this engine. CPython's artifacts are installed, and its module
-    /// compiled, into the suite's cache first, so that no server compiles it during a case.
-    fn flags(self) -> &'static [&'static str] {
-        match self {
-            Engine::RustPython => &[],
-            Engine::CPython => {
-                common::cpython();
-                &["--engine", "cpython"]
-            }
-        }
-    }
-}
 
 #[derive(Debug, Deserialize)]
 struct Case {
@@ -210,6 +190,12 @@ async fn cpython_hostile_code_never_breaks_the_server() {
 #[tokio::test]
 async fn hostile_code_never_breaks_a_session() {
     run_suite(Engine::RustPython, true).await;
+}
+
+/// The same cases in sessions on the CPython engine, whose rollback restores a far larger memory.
+#[tokio::test]
+async fn cpython_hostile_code_never_breaks_a_session() {
+    run_suite(Engine::CPython, true).await;
 }
 
 async fn run_suite(engine: Engine, in_sessions: bool) {

@@ -8,7 +8,9 @@
 mod common;
 
 mod adversarial;
+mod cancel;
 mod cli;
+mod corpus;
 mod cpython;
 mod faults;
 mod first_run;

@@ -71,6 +71,37 @@ pub fn cpython_artifacts() -> Artifacts {
     }
 }
 
+/// The two engines, for tests that run the same thing on each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    RustPython,
+    CPython,
+}
+
+impl Engine {
+    pub const BOTH: [Engine; 2] = [Engine::RustPython, Engine::CPython];
+
+    /// The suite's one sandbox of this engine (CPython's is installed first if need be).
+    pub fn sandbox(self) -> &'static Sandbox {
+        match self {
+            Engine::RustPython => sandbox(),
+            Engine::CPython => cpython(),
+        }
+    }
+
+    /// The front ends' flags for this engine. CPython's artifacts are installed, and its module
+    /// compiled, into the suite's cache first, so that no spawned binary compiles it.
+    pub fn flags(self) -> &'static [&'static str] {
+        match self {
+            Engine::RustPython => &[],
+            Engine::CPython => {
+                cpython();
+                &["--engine", "cpython"]
+            }
+        }
+    }
+}
+
 pub fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
