@@ -17,7 +17,7 @@ BUILD_FLAGS="--release --target $TARGET --locked --ignore-rust-version; remap ca
 # sources give the same artifact on any machine.
 GUEST_RUSTFLAGS="--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo --remap-path-prefix=$PWD=/src"
 # Everything the artifact is made from.
-SOURCES=(guest/Cargo.toml guest/Cargo.lock guest/src protocol/Cargo.toml protocol/src src/bin/wizen-guest.rs)
+SOURCES=(guest/Cargo.toml guest/Cargo.lock guest/src protocol/Cargo.toml protocol/src src/bin/wizen-guest.rs src/sandbox/asyncio_loop.py)
 
 sources_sha256() {
   {

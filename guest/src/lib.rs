@@ -17,6 +17,7 @@ use rustpython::vm::builtins::{
     PyBaseExceptionRef, PyClassMethod, PyCode, PyDict, PyFunction, PyList, PyModule,
     PyStaticMethod, PyStr, PyTuple, PyType,
 };
+use rustpython::vm::bytecode::CodeFlags;
 use rustpython::vm::frame::FrameObjectRef;
 use rustpython::vm::function::{FuncArgs, KwArgs};
 use rustpython::vm::scope::Scope;
@@ -89,6 +90,9 @@ struct Driver {
     /// The `__main__` module of this instance and its namespace, made by its first run and kept
     /// by the later ones.
     main: RefCell<Option<(PyObjectRef, PyRef<PyDict>)>>,
+    /// The event loop that runs top-level `await`: one per instance, so that a session's tasks
+    /// and queues outlive the call that made them.
+    event_loop: RefCell<Option<PyObjectRef>>,
 }
 
 /// The `_ast` node classes the final statement's rewrite builds.
@@ -176,11 +180,31 @@ fn prepare(vm: &VirtualMachine) -> PyResult<Driver> {
             load: node("Load")?.call((), vm)?,
         },
         main: RefCell::new(None),
+        event_loop: RefCell::new(None),
     };
+    install_asyncio(vm)?;
     deny_files(vm)?;
     trust_loaded_modules(vm)?;
     install_import_policy(vm)?;
     Ok(driver)
+}
+
+/// The asyncio adapter both engines share (an event loop with no sockets or signals), installed
+/// as trusted code like the standard library it adapts.
+fn install_asyncio(vm: &VirtualMachine) -> PyResult<()> {
+    const SOURCE: &str = include_str!("../../src/sandbox/asyncio_loop.py");
+    let code = vm
+        .builtins
+        .get_attr("compile", vm)?
+        .call((SOURCE, "<sandbox asyncio>", "exec"), vm)?
+        .downcast::<PyCode>()
+        .map_err(|_| vm.new_type_error("compile() did not return code"))?;
+    TRUST.with(|t| t.borrow_mut().add_code(code.clone(), vm));
+    let scope = vm.new_scope_with_builtins();
+    vm.run_code_obj(code, scope.clone())?;
+    let install = scope.globals.get_item("_install_asyncio", vm)?;
+    install.call((vm.sys_module.clone(), vm.import("time", 0)?), vm)?;
+    Ok(())
 }
 
 /// `open` (and `io.open`) raise `PermissionError`. There is no file system behind the sandbox
@@ -693,8 +717,14 @@ impl Driver {
         vm: &VirtualMachine,
     ) -> PyResult<Option<PyObjectRef>> {
         const ONLY_AST: i32 = 0x400;
+        const TOP_LEVEL_AWAIT: i32 = 0x2000;
         let tree = self.compile.call(
-            (source.to_owned(), filename.to_owned(), "exec", ONLY_AST),
+            (
+                source.to_owned(),
+                filename.to_owned(),
+                "exec",
+                ONLY_AST | TOP_LEVEL_AWAIT,
+            ),
             vm,
         )?;
         let body = tree.get_attr("body", vm)?;
@@ -719,18 +749,56 @@ impl Driver {
             .call(FuncArgs::new(Vec::<PyObjectRef>::new(), fields), vm)?;
         let code = self
             .compile
-            .call((module, filename.to_owned(), "exec"), vm)?;
+            .call((module, filename.to_owned(), "exec", TOP_LEVEL_AWAIT), vm)?;
         let code = code
             .downcast::<PyCode>()
             .map_err(|_| vm.new_type_error("compile() did not return code"))?;
+        let awaits = code.flags.contains(CodeFlags::COROUTINE);
+        let event_loop = if awaits {
+            Some(self.event_loop(vm)?)
+        } else {
+            None
+        };
         let scope = Scope::with_builtins(None, globals.clone(), vm);
-        let ran = vm.run_code_obj(code, scope);
+        let ran = vm
+            .run_code_obj(code, scope)
+            .and_then(|coroutine| match &event_loop {
+                Some(l) => vm.call_method(l, "run_until_complete", (coroutine,)),
+                None => Ok(coroutine),
+            });
         let value = reading.read(globals, vm);
         for hidden in [RESULT, BASE, INDEX] {
             let _ = globals.del_item(hidden, vm);
         }
         ran?;
         Ok(value)
+    }
+
+    /// The event loop that runs code with a top-level `await`, which needs asyncio to be allowed,
+    /// as it would be for `asyncio.run`.
+    fn event_loop(&self, vm: &VirtualMachine) -> PyResult {
+        if !host_allows("asyncio") {
+            let allowed = REQUEST.with(|r| r.borrow().as_ref().map(|r| r.allowed.join(", ")));
+            return Err(vm.new_exception_msg(
+                vm.ctx.exceptions.syntax_error.to_owned(),
+                format!(
+                    "top-level 'await' runs on asyncio, which is not allowed in this sandbox \
+                     (allowed: {})",
+                    allowed.unwrap_or_default()
+                )
+                .into(),
+            ));
+        }
+        let asyncio = vm.import("asyncio", 0)?;
+        let current = self.event_loop.borrow().clone();
+        if let Some(l) = current
+            && !vm.call_method(&l, "is_closed", ())?.try_to_bool(vm)?
+        {
+            return Ok(l);
+        }
+        let fresh = vm.call_method(&asyncio, "new_event_loop", ())?;
+        *self.event_loop.borrow_mut() = Some(fresh.clone());
+        Ok(fresh)
     }
 
     /// The statements that replace the last one, and how to read its value afterwards. Each

@@ -103,6 +103,7 @@ def _install():
     import json
     import linecache
     import sys
+    import time
     import traceback
     import types
 
@@ -114,9 +115,12 @@ def _install():
 
     helpers = {"_strptime": ("datetime", "time")}
 
+    _install_asyncio(sys, time)
+
     real_import = builtins.__import__
     door = _host.call
-    state = {"main": None, "request": None}
+    # `loop` runs top-level `await`: one per instance, so a session's tasks and queues live on.
+    state = {"main": None, "request": None, "loop": None}
     result_name, base_name, index_name = "<result>", "<base>", "<index>"
 
     # Unbuffered text streams over fds 1 and 2, so the host sees output as it is written.
@@ -306,18 +310,40 @@ def _install():
         return globals.get(reading)
 
     def execute(source, filename, globals):
-        tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST)
+        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST | flags)
         reading = None
         if tree.body:
             replacement, reading = rewrite_last(tree.body.pop())
             tree.body.extend(replacement)
-        code = compile(tree, filename, "exec")
+        code = compile(tree, filename, "exec", flags)
         try:
-            exec(code, globals)
+            if code.co_flags & CO_COROUTINE:
+                run_awaiting(code, globals)
+            else:
+                exec(code, globals)
             return read(globals, reading)
         finally:
             for hidden in (result_name, base_name, index_name):
                 globals.pop(hidden, None)
+
+    CO_COROUTINE = 0x80
+
+    def run_awaiting(code, globals):
+        """Runs code with a top-level `await` on this instance's event loop, which needs asyncio
+        to be allowed, as it would be for `asyncio.run`."""
+        if not host_allows("asyncio"):
+            allowed = ", ".join(state["request"].get("allowed", ()))
+            raise SyntaxError(
+                "top-level 'await' runs on asyncio, which is not allowed in this sandbox "
+                "(allowed: %s)" % allowed
+            )
+        import asyncio
+
+        loop = state["loop"]
+        if loop is None or loop.is_closed():
+            loop = state["loop"] = asyncio.new_event_loop()
+        loop.run_until_complete(eval(code, globals))
 
     def user_traceback(tb):
         """`tb` without the frames of the driver and of the reactor that runs it: the user's
@@ -391,10 +417,14 @@ def _install():
                 pass
         door(b"P" + json.dumps(report, ensure_ascii=False).encode("utf-8"))
 
-    driver_codes = frozenset(codes(_install.__code__)) | frozenset(codes(_audit_hook.__code__))
+    driver_codes = frozenset(
+        code
+        for part in (_install, _audit_hook, _install_asyncio)
+        for code in codes(part.__code__)
+    )
     sys.addaudithook(_audit_hook(sys, door, stdlib_files, driver_codes))
     return run
 
 
 _safe_python_run = _install()
-del _install, _audit_hook
+del _install, _audit_hook, _install_asyncio

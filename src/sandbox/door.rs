@@ -16,8 +16,12 @@ use wasmtime::{Caller, Extern, Linker};
 use super::SandboxError;
 use super::host::{HostState, ask_import, memory, read_guest, take_report};
 
-/// The driver, run by the first turn of every instance.
-pub(super) const DRIVER: &str = include_str!("cpython_driver.py");
+/// The driver, run by the first turn of every instance, with the asyncio adapter it installs
+/// (shared with the RustPython guest).
+pub(super) const DRIVER: &str = concat!(
+    include_str!("asyncio_loop.py"),
+    include_str!("cpython_driver.py")
+);
 
 /// The turn that runs one call once [`DRIVER`] is installed.
 pub(super) const RUN_TURN: &str = "_safe_python_run()\n";

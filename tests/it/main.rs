@@ -8,6 +8,7 @@
 mod common;
 
 mod adversarial;
+mod asyncio;
 mod cancel;
 mod cli;
 mod corpus;
