@@ -15,7 +15,7 @@ use anyhow::Context;
 use safe_python_executor::cache;
 use safe_python_executor::cpython::Artifacts;
 use safe_python_executor::engine::Metering;
-use safe_python_executor::{Limits, RunOptions, Sandbox, SandboxOptions};
+use safe_python_executor::{Limits, RunOptions, Sandbox, SandboxOptions, Session};
 
 const REPS: usize = 5;
 
@@ -84,6 +84,19 @@ fn main() -> anyhow::Result<()> {
             "{metering:?}: per-call overhead of print(1), fresh instance each run (300 runs): \
              p50 {overhead:.2} ms, p90 {:.2} ms",
             trivial[trivial.len() * 9 / 10]
+        );
+        let mut session = runtime.block_on(Session::new(&sandbox))?;
+        let mut calls = (0..100)
+            .map(|_| {
+                let started = Instant::now();
+                let call = runtime.block_on(session.run("x = 1", &options))?;
+                anyhow::ensure!(!call.result.is_failure(), "a session call failed");
+                Ok(started.elapsed().as_secs_f64() * 1000.0)
+            })
+            .collect::<anyhow::Result<Vec<f64>>>()?;
+        println!(
+            "{metering:?}: a call of `x = 1` in a session (100 calls): p50 {:.2} ms",
+            median(&mut calls)
         );
         let mut times = Vec::new();
         for ((name, code), (_, native_value)) in programs.iter().zip(&natives) {
