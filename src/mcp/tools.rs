@@ -224,6 +224,8 @@ mod tests {
                 wall_ms: u64::MAX,
                 memory_peak_bytes: u64::MAX,
             },
+            images: Vec::new(),
+            images_left_out: 0,
         };
         result.bound(max_output);
         let session = SessionReport {

@@ -7,7 +7,7 @@
 //! the reactor's `turn(ptr, len) -> i32` export once per instance; each call is then one turn of
 //! [`RUN_TURN`]. The driver takes the same steps as the RustPython guest, one frame each (an
 //! opcode byte, then its payload): it fetches the `Request`, asks about each import user code
-//! makes, and sends its `Report`. The host answers from the same state, with the same rules and
+//! makes, sends each figure matplotlib holds at its end as a PNG, and sends its `Report`. The host answers from the same state, with the same rules and
 //! bounds, as the RustPython guest's imports in [`super::host`]. The driver ships with the host,
 //! so the two always match: this module is that protocol's one place.
 
@@ -15,6 +15,7 @@ use wasmtime::{Caller, Extern, Linker};
 
 use super::SandboxError;
 use super::host::{HostState, ask_import, memory, read_guest, take_report};
+use crate::outcome::MAX_IMAGE_BYTES;
 
 /// The driver, run by the first turn of every instance.
 pub(super) const DRIVER: &str = include_str!("cpython_driver.py");
@@ -30,6 +31,10 @@ mod op {
     pub const IMPORT_ALLOWED: u8 = b'I';
     /// The payload is the JSON `Report`; the answer is empty.
     pub const REPORT: u8 = b'P';
+    /// The payload is a figure as a PNG, or nothing for a figure the driver did not render; the
+    /// answer is `1` if the host takes more figures this call, `0` if it is full (the driver then
+    /// renders no more, and sends an empty frame for each figure it leaves out).
+    pub const FIGURE: u8 = b'G';
 }
 
 /// The import module and name the reactor calls its door by.
@@ -104,6 +109,18 @@ fn answer(
         op::REPORT => {
             take_report(caller, payload, payload_len as i32);
             Vec::new()
+        }
+        op::FIGURE => {
+            // The collector reads the figure only if it has room for it: the guest's memory
+            // limit is not the host's.
+            let mut images = std::mem::take(&mut caller.data_mut().images);
+            let taken = images.offer(payload_len, |len| {
+                read_guest(caller, payload, len as i32, MAX_IMAGE_BYTES as u32)
+            });
+            let more = !images.is_full();
+            caller.data_mut().images = images;
+            taken?;
+            vec![if more { b'1' } else { b'0' }]
         }
         other => {
             caller.data_mut().protocol_fault = Some(format!(

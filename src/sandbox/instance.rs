@@ -9,7 +9,7 @@ use wasmtime::{Memory, Store, TypedFunc};
 use super::host::{HostState, MemoryLimiter};
 use super::{Guest, RunOptions, Sandbox, SandboxError, door};
 use crate::limits::Limits;
-use crate::outcome::{Limit, Outcome, RunResult, Stats, classify};
+use crate::outcome::{ImageCollector, Limit, Outcome, RunResult, Stats, classify};
 
 /// An instance of the guest in a store of its own. A fresh run uses one for one call; a session
 /// keeps one for many. It is instantiated by its first call, within that call's time limit.
@@ -244,6 +244,7 @@ impl Instance {
         state.report_limit = protocol::report_limit(max_field_bytes);
         state.report_too_large = None;
         state.protocol_fault = None;
+        state.images = ImageCollector::default();
         state.deadline = Instant::now() + limits.timeout;
         state.limiter = MemoryLimiter {
             max: limits.memory_bytes,
@@ -264,6 +265,7 @@ impl Instance {
         let wall = started.elapsed();
 
         let fuel_left = self.store.get_fuel().unwrap_or(0);
+        let (images, images_left_out) = self.store.data_mut().images.take();
         let state = self.store.data();
         let (outcome, broken) = match ended {
             Err(_elapsed) => (
@@ -286,6 +288,8 @@ impl Instance {
                 wall_ms: wall.as_millis().try_into().unwrap_or(u64::MAX),
                 memory_peak_bytes: state.limiter.peak as u64,
             },
+            images,
+            images_left_out,
         };
         // The report and the output came from the guest: cut them to size here, whatever it sent.
         result.bound(limits.max_output_bytes);
