@@ -448,7 +448,8 @@ def _install():
     os.environ["MPLBACKEND"] = "module://" + figures_backend
     # matplotlib refuses to start without a directory it may write its font cache to, and there
     # is none: its own data folder passes its checks (its matplotlibrc is the default one
-    # anyway), and saving the cache there fails, which it only logs, and which is no news.
+    # anyway; src/cpython/stdlib.rs serves it there), and saving the cache there fails, which it
+    # only logs, and which is no news.
     os.environ["MPLCONFIGDIR"] = "/usr/local/lib/python315.zip/matplotlib/mpl-data"
     logging.getLogger("matplotlib.font_manager").addFilter(
         lambda record: not str(record.msg).startswith("Could not save font_manager cache")
