@@ -99,7 +99,7 @@ pub fn left_out_note(left_out: usize) -> Option<String> {
 
 /// The images of one call as the guest sends them, within the bounds above.
 #[derive(Debug, Default)]
-pub struct ImageCollector {
+pub(crate) struct ImageCollector {
     images: Vec<Image>,
     bytes: usize,
     left_out: usize,
@@ -152,7 +152,7 @@ mod tests {
     use super::*;
 
     /// The start of a PNG of `width` by `height` pixels, padded to `len` bytes.
-    pub(crate) fn png(width: u32, height: u32, len: usize) -> Vec<u8> {
+    fn png(width: u32, height: u32, len: usize) -> Vec<u8> {
         let mut data = PNG_SIGNATURE.to_vec();
         data.extend_from_slice(b"\0\0\0\x0dIHDR");
         data.extend_from_slice(&width.to_be_bytes());

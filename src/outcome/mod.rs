@@ -6,9 +6,9 @@ use serde::{Serialize, Serializer};
 
 pub use bound::{cut_to, json_len, json_len_char, prefix_within};
 pub use classify::decode_report;
+pub(crate) use image::ImageCollector;
 pub use image::{
-    Image, ImageCollector, ImageInfo, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, MAX_IMAGES,
-    MAX_IMAGES_BYTES, left_out_note,
+    Image, ImageInfo, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, MAX_IMAGES, MAX_IMAGES_BYTES, left_out_note,
 };
 pub use safe_python_protocol::PythonError;
 

@@ -7,9 +7,11 @@
 //! the reactor's `turn(ptr, len) -> i32` export once per instance; each call is then one turn of
 //! [`RUN_TURN`]. The driver takes the same steps as the RustPython guest, one frame each (an
 //! opcode byte, then its payload): it fetches the `Request`, asks about each import user code
-//! makes, sends each figure matplotlib holds at its end as a PNG, and sends its `Report`. The host answers from the same state, with the same rules and
-//! bounds, as the RustPython guest's imports in [`super::host`]. The driver ships with the host,
-//! so the two always match: this module is that protocol's one place.
+//! makes, sends each figure matplotlib holds (as a PNG, which only this engine can draw), and
+//! sends its `Report`. The host answers from the same state, with the same rules and bounds, as
+//! the RustPython guest's imports in [`super::host`]; figures it keeps within the bounds of
+//! [`crate::outcome::ImageCollector`]. The driver ships with the host, so the two always match:
+//! this module is that protocol's one place.
 
 use wasmtime::{Caller, Extern, Linker};
 

@@ -10,7 +10,7 @@ use safe_python_executor::{ImportPolicy, RunOptions, RunResult, Session};
 
 fn matplotlib() -> RunOptions {
     RunOptions {
-        policy: Arc::new(ImportPolicy::with_extra(&["matplotlib"])),
+        policy: Arc::new(ImportPolicy::with_extra(["matplotlib"])),
         ..RunOptions::default()
     }
 }
