@@ -145,7 +145,7 @@ pub fn run_reply(result: &RunResult, session: Option<SessionReport>) -> CallTool
         Outcome::Completed {
             result: Some(value),
         } => text.push_str(&format!("Result: {value}\n")),
-        Outcome::Completed { result: None } if text.is_empty() => {
+        Outcome::Completed { result: None } if text.is_empty() && result.images.is_empty() => {
             text.push_str("(no output and no result)\n")
         }
         Outcome::Completed { result: None } => {}
@@ -164,6 +164,12 @@ pub fn run_reply(result: &RunResult, session: Option<SessionReport>) -> CallTool
             limit.as_str(),
             limit.explain()
         ));
+    }
+    // Said in words too, for clients that show the model only the text.
+    match result.images.len() {
+        0 => {}
+        1 => text.push_str("1 figure follows as an image.\n"),
+        n => text.push_str(&format!("{n} figures follow as images.\n")),
     }
     if let Some(note) = left_out_note(result.images_left_out) {
         text.push_str(&note);
@@ -288,13 +294,12 @@ mod tests {
         let reply = serde_json::to_value(run_reply(&result, None)).unwrap();
         let content = reply["content"].as_array().unwrap();
         assert_eq!(content.len(), 2, "{reply}");
+        let text = content[0]["text"].as_str().unwrap();
         assert!(
-            content[0]["text"]
-                .as_str()
-                .unwrap()
-                .contains("2 figures were left out"),
-            "{reply}"
+            text.starts_with("1 figure follows as an image.\n"),
+            "{text}"
         );
+        assert!(text.contains("2 figures were left out"), "{text}");
         assert_eq!(content[1]["type"], "image");
         assert_eq!(content[1]["mimeType"], "image/png");
         assert_eq!(content[1]["data"], BASE64_STANDARD.encode(&png));
@@ -304,6 +309,11 @@ mod tests {
             json!([{"mime": "image/png", "bytes": 24, "width": 640, "height": 480}])
         );
         assert_eq!(listed["images_left_out"], 2);
+        // A reply without figures leaves both fields out, so the schema must not require them.
+        let schema = serde_json::to_value(schema_for_output::<CallReport>()).unwrap();
+        let required = schema["required"].as_array().unwrap();
+        assert!(!required.contains(&json!("images")), "{schema}");
+        assert!(!required.contains(&json!("images_left_out")), "{schema}");
     }
 
     #[test]

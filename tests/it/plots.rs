@@ -135,7 +135,7 @@ async fn the_mcp_reply_carries_figures_as_image_content() {
     let sent = serde_json::to_value(&reply).unwrap();
     let content = sent["content"].as_array().unwrap();
     assert_eq!(content.len(), 2, "{sent}");
-    assert_eq!(content[0]["text"], "drawn\n");
+    assert_eq!(content[0]["text"], "drawn\n1 figure follows as an image.\n");
     assert_eq!(content[1]["type"], "image");
     assert_eq!(content[1]["mimeType"], "image/png");
     let listed = &client::structured(&reply)["images"];
