@@ -35,7 +35,7 @@ pub(crate) mod vfs;
 
 pub use cache::Prepared;
 pub use limits::Limits;
-pub use outcome::{Limit, Outcome, PythonError, RunResult, Stats};
+pub use outcome::{Image, Limit, Outcome, PythonError, RunResult, Stats};
 pub use output::{OutputObserver, Stream};
 pub use policy::ImportPolicy;
 pub use sandbox::{RunOptions, Sandbox, SandboxError, SandboxOptions};

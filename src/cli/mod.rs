@@ -5,6 +5,7 @@
 //! ended, so scripts can tell a Python error from a limit without parsing output.
 
 mod first_run;
+mod plots;
 mod print;
 mod repl;
 mod terminal;
@@ -20,6 +21,7 @@ use crate::flags::SandboxFlags;
 use crate::outcome::{Outcome, RunResult};
 use crate::sandbox::{RunOptions, Sandbox};
 use first_run::FirstRunNotice;
+use plots::Plots;
 use print::{print_plain, terminal_observer};
 
 /// Exit status: the code ran to the end.
@@ -81,6 +83,13 @@ pub struct Args {
     /// that history is kept in memory only, never written to disk.
     #[arg(long, conflicts_with_all = ["file", "code", "json"])]
     pub repl: bool,
+
+    /// Write the figures the code returns (matplotlib on `--engine cpython`: those shown with
+    /// plt.show() or still open at the end) into DIR as plot-1.png, plot-2.png, ..., replacing
+    /// files of those names; DIR is created if missing. Without it, stderr says how many there
+    /// were.
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
 }
 
 impl Args {
@@ -124,7 +133,7 @@ pub fn main() -> ExitCode {
         )
         .init();
     let status = if args.repl {
-        repl::run(&args.sandbox)
+        repl::run(&args.sandbox, Plots::new(args.plots.clone()))
     } else {
         match args.read_code() {
             Ok(code) => run(&args, &code),
@@ -167,6 +176,7 @@ fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
     } else {
         print_plain(&result);
     }
+    Plots::new(args.plots.clone()).take(&result)?;
     Ok(exit_status(&result))
 }
 

@@ -17,6 +17,7 @@ use rustyline::error::ReadlineError;
 use rustyline::{Config, DefaultEditor};
 use tokio::sync::mpsc;
 
+use super::plots::Plots;
 use super::print::{print_plain, terminal_observer};
 use super::{EXIT_OK, open_sandbox};
 use crate::flags::SandboxFlags;
@@ -26,7 +27,7 @@ use crate::session::registry::{SessionLimits, SessionRequest, Sessions};
 /// Lines the line editor remembers for the up arrow.
 const HISTORY_LINES: usize = 1000;
 
-pub(super) fn run(flags: &SandboxFlags) -> anyhow::Result<u8> {
+pub(super) fn run(flags: &SandboxFlags, mut plots: Plots) -> anyhow::Result<u8> {
     let sandbox = open_sandbox(flags)?;
     let options = RunOptions {
         observer: Some(terminal_observer()),
@@ -81,6 +82,10 @@ pub(super) fn run(flags: &SandboxFlags) -> anyhow::Result<u8> {
                 continue;
             };
             print_plain(&ran.result);
+            // A figure that cannot be written is reported, and the session goes on.
+            if let Err(e) = plots.take(&ran.result) {
+                eprintln!("sandbox-run: {e:#}");
+            }
             if ran.session.rolled_back {
                 eprintln!("sandbox-run: the entry was undone: the session is as it was before it");
             }

@@ -2,6 +2,7 @@
 //! that calls them), and their replies (structured content for programs, and a text block that
 //! reads well to a model).
 
+use base64::prelude::{BASE64_STANDARD, Engine as _};
 use rmcp::ErrorData;
 use rmcp::handler::server::common::{schema_for_output, schema_for_type};
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
@@ -9,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::engine::EngineKind;
-use crate::outcome::{Outcome, RunReport, RunResult};
+use crate::outcome::{MAX_IMAGES, Outcome, RunReport, RunResult, left_out_note};
 use crate::sandbox::RunOptions;
 use crate::session::registry::{SessionError, SessionLimits, SessionReport, Start, minutes};
 
@@ -68,6 +69,12 @@ pub fn tools(options: &RunOptions, sessions: SessionLimits, engine: EngineKind) 
             "CPython 3.15, with numpy, pandas, scipy, scikit-learn, statsmodels and matplotlib installed (importable only if listed below)"
         }
     };
+    let figures = match engine {
+        EngineKind::RustPython => String::new(),
+        EngineKind::CPython => format!(
+            "- Plots come back as PNG images after the text (when matplotlib is among the modules below): every matplotlib figure shown with plt.show() or still open when the code ends is returned, then closed; at most {MAX_IMAGES} per call, and large ones are scaled down. Just draw them: there are no files to save them to.\n"
+        ),
+    };
     let idle = minutes(sessions.idle.as_secs_f64());
     let run = format!(
         "Run Python 3 code in a secure sandbox and get back what it printed and the value of its last expression.\n\
@@ -75,6 +82,7 @@ pub fn tools(options: &RunOptions, sessions: SessionLimits, engine: EngineKind) 
          - The interpreter is {interpreter}.\n\
          - Use it for calculations, data processing, simulations and checking code: anything computed from data in the code itself.\n\
          - Printed output (stdout and stderr) is returned, so print what you want to see.\n\
+         {figures}\
          - The value of the last expression, or of a final assignment such as `result = ...`, is returned as its repr.\n\
          - Only these modules can be imported: {allowed}. Any other import fails with ImportError.\n\
          - There are no files, no network, no environment variables and no input(): open() fails.\n\
@@ -87,6 +95,7 @@ pub fn tools(options: &RunOptions, sessions: SessionLimits, engine: EngineKind) 
          - An uncaught exception comes back as a Python traceback.",
         allowed = options.policy.allowed().join(", "),
         interpreter = interpreter,
+        figures = figures,
         max = sessions.max,
         timeout = limits.timeout.as_secs_f64(),
         memory = limits.memory_bytes >> 20,
@@ -113,7 +122,9 @@ pub struct CallReport {
 /// session's id), and the notices of cut fields when the limit is too small to hold them. The text
 /// the code produced (output, result, exception) fits the limit itself: the sandbox bounds it to
 /// half ([`RunResult::text_budget`]), and the reply carries it twice, as text and as structured
-/// content. A client can rely on this to size its buffers and timeouts.
+/// content. Figures come on top of it, as image content, within their own bounds
+/// ([`crate::outcome::MAX_IMAGES_BYTES`], a third more as base64). A client can rely on this to
+/// size its buffers and timeouts.
 pub const REPLY_OVERHEAD_BYTES: usize = 8 << 10;
 
 /// The reply to `run_python`: the output first, then the result or the traceback, then a sentence
@@ -134,7 +145,7 @@ pub fn run_reply(result: &RunResult, session: Option<SessionReport>) -> CallTool
         Outcome::Completed {
             result: Some(value),
         } => text.push_str(&format!("Result: {value}\n")),
-        Outcome::Completed { result: None } if text.is_empty() => {
+        Outcome::Completed { result: None } if text.is_empty() && result.images.is_empty() => {
             text.push_str("(no output and no result)\n")
         }
         Outcome::Completed { result: None } => {}
@@ -154,6 +165,16 @@ pub fn run_reply(result: &RunResult, session: Option<SessionReport>) -> CallTool
             limit.explain()
         ));
     }
+    // Said in words too, for clients that show the model only the text.
+    match result.images.len() {
+        0 => {}
+        1 => text.push_str("1 figure follows as an image.\n"),
+        n => text.push_str(&format!("{n} figures follow as images.\n")),
+    }
+    if let Some(note) = left_out_note(result.images_left_out) {
+        text.push_str(&note);
+        text.push('\n');
+    }
     if let Some(s) = &session {
         text.push_str(&session_note(s));
     }
@@ -162,10 +183,16 @@ pub fn run_reply(result: &RunResult, session: Option<SessionReport>) -> CallTool
         session,
     };
     let structured = serde_json::to_value(report).expect("a report always serialises");
+    // The figures follow the text, which says what drew them.
+    let content = std::iter::once(ContentBlock::text(text))
+        .chain(result.images.iter().map(|image| {
+            ContentBlock::image(BASE64_STANDARD.encode(&image.data), image.mime.clone())
+        }))
+        .collect();
     let mut reply = if result.is_failure() {
-        CallToolResult::error(vec![ContentBlock::text(text)])
+        CallToolResult::error(content)
     } else {
-        CallToolResult::success(vec![ContentBlock::text(text)])
+        CallToolResult::success(content)
     };
     reply.structured_content = Some(structured);
     reply
@@ -224,6 +251,8 @@ mod tests {
                 wall_ms: u64::MAX,
                 memory_peak_bytes: u64::MAX,
             },
+            images: Vec::new(),
+            images_left_out: 0,
         };
         result.bound(max_output);
         let session = SessionReport {
@@ -246,6 +275,45 @@ mod tests {
                 "{sent} bytes for --max-output {max_output}"
             );
         }
+    }
+
+    #[test]
+    fn figures_follow_the_text_as_images_and_are_listed_without_their_bytes() {
+        let png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\0\0\x02\x80\0\0\x01\xe0".to_vec();
+        let result = RunResult {
+            outcome: Outcome::Completed { result: None },
+            stdout: String::new(),
+            stderr: String::new(),
+            stats: crate::outcome::Stats::default(),
+            images: vec![crate::outcome::Image {
+                mime: "image/png".into(),
+                data: png.clone(),
+            }],
+            images_left_out: 2,
+        };
+        let reply = serde_json::to_value(run_reply(&result, None)).unwrap();
+        let content = reply["content"].as_array().unwrap();
+        assert_eq!(content.len(), 2, "{reply}");
+        let text = content[0]["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("1 figure follows as an image.\n"),
+            "{text}"
+        );
+        assert!(text.contains("2 figures were left out"), "{text}");
+        assert_eq!(content[1]["type"], "image");
+        assert_eq!(content[1]["mimeType"], "image/png");
+        assert_eq!(content[1]["data"], BASE64_STANDARD.encode(&png));
+        let listed = &reply["structuredContent"];
+        assert_eq!(
+            listed["images"],
+            json!([{"mime": "image/png", "bytes": 24, "width": 640, "height": 480}])
+        );
+        assert_eq!(listed["images_left_out"], 2);
+        // A reply without figures leaves both fields out, so the schema must not require them.
+        let schema = serde_json::to_value(schema_for_output::<CallReport>()).unwrap();
+        let required = schema["required"].as_array().unwrap();
+        assert!(!required.contains(&json!("images")), "{schema}");
+        assert!(!required.contains(&json!("images_left_out")), "{schema}");
     }
 
     #[test]

@@ -239,6 +239,8 @@ mod tests {
             stdout: "out\n".into(),
             stderr: "\u{7}".repeat(1 << 20),
             stats: Stats::default(),
+            images: Vec::new(),
+            images_left_out: 0,
         }
     }
 
@@ -276,6 +278,8 @@ mod tests {
             stdout: "hello\n".into(),
             stderr: String::new(),
             stats: Stats::default(),
+            images: Vec::new(),
+            images_left_out: 0,
         };
         let before = result.clone();
         result.bound(100);

@@ -6,10 +6,15 @@ use serde::{Serialize, Serializer};
 
 pub use bound::{cut_to, json_len, json_len_char, prefix_within};
 pub use classify::decode_report;
+pub(crate) use image::ImageCollector;
+pub use image::{
+    Image, ImageInfo, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, MAX_IMAGES, MAX_IMAGES_BYTES, left_out_note,
+};
 pub use safe_python_protocol::PythonError;
 
 mod bound;
 pub mod classify;
+mod image;
 
 /// The limit that stopped a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
@@ -85,6 +90,12 @@ pub struct RunResult {
     pub stdout: String,
     pub stderr: String,
     pub stats: Stats,
+    /// The figures the call left open, as PNG images (CPython engine only), within the bounds of
+    /// [`MAX_IMAGES`], [`MAX_IMAGE_BYTES`], [`MAX_IMAGES_BYTES`] and [`MAX_IMAGE_SIDE`]: these are
+    /// their own cap, apart from the output limit, which bounds the text.
+    pub images: Vec<Image>,
+    /// How many figures were left out for being over those bounds or not a PNG.
+    pub images_left_out: usize,
 }
 
 impl RunResult {
@@ -132,6 +143,16 @@ pub struct RunReport {
     pub limit: Option<Limit>,
     /// Resources used.
     pub stats: Stats,
+    /// The images the call returned (figures), without their bytes; left out when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageInfo>,
+    /// How many figures were left out for being over the bounds on images; left out when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub images_left_out: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl RunResult {
@@ -151,6 +172,8 @@ impl RunResult {
             error,
             limit: self.limit(),
             stats: self.stats,
+            images: self.images.iter().map(Image::info).collect(),
+            images_left_out: self.images_left_out,
         }
     }
 }

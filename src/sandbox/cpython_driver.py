@@ -99,9 +99,12 @@ def _audit_hook(sys, door, stdlib_files, driver_codes):
 def _install():
     import ast
     import builtins
+    import importlib.machinery
     import io
     import json
     import linecache
+    import logging
+    import os
     import sys
     import time
     import traceback
@@ -386,6 +389,98 @@ def _install():
             "traceback": clip(text, bound),
         }
 
+    # Figures come back as PNG images, one door frame each (see door.rs): matplotlib draws with
+    # the driver's backend, named by the environment matplotlib reads when it is imported (so
+    # nothing is imported here, which would cost every call), and its `show` sends what is drawn.
+    figures_backend = "_safe_python_figures"
+    # The long side of a figure as sent, in pixels: a model sees no more, and the host refuses
+    # more than 4096.
+    max_figure_side = 2048
+    figures = {"host_full": False}
+
+    def note(text):
+        try:
+            sys.__stderr__.write("[%s]\n" % text)
+        except BaseException:
+            pass
+
+    def render(number, figure):
+        """Figure `number` as PNG bytes, scaled down if it is larger than the host takes; empty
+        (and a note on stderr) if it cannot be drawn."""
+        try:
+            width, height = figure.get_size_inches()
+            dpi = figure.dpi
+            side = max(width, height) * dpi
+            if side > max_figure_side:
+                dpi = dpi * max_figure_side / side
+                note(
+                    "figure %d is %dx%d pixels: it is returned scaled down to %dx%d"
+                    % (number, width * figure.dpi, height * figure.dpi, width * dpi, height * dpi)
+                )
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format="png", dpi=dpi)
+            return buffer.getvalue()
+        except Exception as exc:
+            note("figure %d could not be drawn: %s" % (number, clip(repr(exc), 500)))
+            return b""
+
+    def send_figures():
+        """Sends each open figure, in the order of their numbers, then closes them all: a figure
+        belongs to the call that drew it. Once the host is full, the rest are not drawn but still
+        counted (an empty frame each), so the reply can say how many were left out."""
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is None:
+            return
+        for number in pyplot.get_fignums():
+            png = b"" if figures["host_full"] else render(number, pyplot.figure(number))
+            figures["host_full"] = door(b"G" + png) != b"1"
+        pyplot.close("all")
+
+    def end_figures():
+        """The end of a call for its figures: whatever is still open is sent."""
+        try:
+            send_figures()
+        except BaseException as exc:
+            note("the figures could not be returned: %s" % clip(repr(exc), 500))
+        figures["host_full"] = False
+
+    class FiguresBackend:
+        """The import system's finder and loader of the backend: matplotlib's Agg, whose `show`
+        sends the figures drawn so far (and closes them, so more plotting starts a new one)."""
+
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name != figures_backend:
+                return None
+            return importlib.machinery.ModuleSpec(name, FiguresBackend)
+
+        @staticmethod
+        def create_module(spec):
+            return None
+
+        @staticmethod
+        def exec_module(module):
+            from matplotlib.backend_bases import FigureManagerBase
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+            def show(*args, **kwargs):
+                send_figures()
+
+            module.FigureCanvas = FigureCanvasAgg
+            module.FigureManager = FigureManagerBase
+            module.show = show
+
+    sys.meta_path.append(FiguresBackend)
+    os.environ["MPLBACKEND"] = "module://" + figures_backend
+    # matplotlib refuses to start without a directory it may write its font cache to, and there
+    # is none: its own data folder passes its checks (its matplotlibrc is the default one
+    # anyway; src/cpython/stdlib.rs serves it there), and saving the cache there fails, which it
+    # only logs, and which is no news.
+    os.environ["MPLCONFIGDIR"] = "/usr/local/lib/python315.zip/matplotlib/mpl-data"
+    logging.getLogger("matplotlib.font_manager").addFilter(
+        lambda record: not str(record.msg).startswith("Could not save font_manager cache")
+    )
+
     def run():
         # The reactor runs each turn in the `__main__` it finds in `sys.modules`: the user's
         # module takes its place during the call only, so the next turn finds `_safe_python_run`.
@@ -410,6 +505,7 @@ def _install():
         except BaseException as exc:
             report["result"] = None
             report["error"] = describe(exc, bound)
+        end_figures()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

@@ -7,14 +7,17 @@
 //! the reactor's `turn(ptr, len) -> i32` export once per instance; each call is then one turn of
 //! [`RUN_TURN`]. The driver takes the same steps as the RustPython guest, one frame each (an
 //! opcode byte, then its payload): it fetches the `Request`, asks about each import user code
-//! makes, and sends its `Report`. The host answers from the same state, with the same rules and
-//! bounds, as the RustPython guest's imports in [`super::host`]. The driver ships with the host,
-//! so the two always match: this module is that protocol's one place.
+//! makes, sends each figure matplotlib holds (as a PNG, which only this engine can draw), and
+//! sends its `Report`. The host answers from the same state, with the same rules and bounds, as
+//! the RustPython guest's imports in [`super::host`]; figures it keeps within the bounds of
+//! [`crate::outcome::ImageCollector`]. The driver ships with the host, so the two always match:
+//! this module is that protocol's one place.
 
 use wasmtime::{Caller, Extern, Linker};
 
 use super::SandboxError;
 use super::host::{HostState, ask_import, memory, read_guest, take_report};
+use crate::outcome::MAX_IMAGE_BYTES;
 
 /// The driver, run by the first turn of every instance, with the asyncio adapter it installs
 /// (shared with the RustPython guest).
@@ -34,6 +37,10 @@ mod op {
     pub const IMPORT_ALLOWED: u8 = b'I';
     /// The payload is the JSON `Report`; the answer is empty.
     pub const REPORT: u8 = b'P';
+    /// The payload is a figure as a PNG, or nothing for a figure the driver did not render; the
+    /// answer is `1` if the host takes more figures this call, `0` if it is full (the driver then
+    /// renders no more, and sends an empty frame for each figure it leaves out).
+    pub const FIGURE: u8 = b'G';
 }
 
 /// The import module and name the reactor calls its door by.
@@ -109,6 +116,18 @@ fn answer(
             take_report(caller, payload, payload_len as i32);
             Vec::new()
         }
+        op::FIGURE => {
+            // The collector reads the figure only if it has room for it: the guest's memory
+            // limit is not the host's.
+            let mut images = std::mem::take(&mut caller.data_mut().images);
+            let taken = images.offer(payload_len, |len| {
+                read_guest(caller, payload, len as i32, MAX_IMAGE_BYTES as u32)
+            });
+            let more = !images.is_full();
+            caller.data_mut().images = images;
+            taken?;
+            vec![if more { b'1' } else { b'0' }]
+        }
         other => {
             caller.data_mut().protocol_fault = Some(format!(
                 "the guest sent an unknown door frame ({other:#04x})"
@@ -146,4 +165,66 @@ async fn deliver(
     memory.write(&mut *caller, out_ptr as u32 as usize, &at.to_le_bytes())?;
     memory.write(&mut *caller, out_len as u32 as usize, &len.to_le_bytes())?;
     Ok(ANSWERED)
+}
+
+#[cfg(test)]
+mod tests {
+    use wasmtime::{Module, Store};
+
+    use super::*;
+    use crate::engine::{self, EngineKind};
+    use crate::sandbox::Guest;
+
+    /// A hostile reactor: `turn` sends figure frames of garbage, of an enormous length, and one
+    /// true PNG header, and returns the last answer's byte; `fault` sends a figure that runs
+    /// past the end of its memory. Answers are allocated at 60000.
+    const GUEST: &str = r#"
+    (module
+      (import "host" "call" (func $call (param i32 i32 i32 i32) (result i32)))
+      (memory (export "memory") 1)
+      (data (i32.const 100) "Gnot a png, not at all")
+      (data (i32.const 65000) "G")
+      (data (i32.const 200) "G\89PNG\0d\0a\1a\0a\00\00\00\0dIHDR\00\00\02\80\00\00\01\e0")
+      (func (export "host_alloc") (param i32) (result i32) (i32.const 60000))
+      (func (export "turn") (param i32 i32) (result i32)
+        (drop (call $call (i32.const 100) (i32.const 22) (i32.const 8) (i32.const 12)))
+        (drop (call $call (i32.const 200) (i32.const 0x7fffffff) (i32.const 8) (i32.const 12)))
+        (drop (call $call (i32.const 200) (i32.const 25) (i32.const 8) (i32.const 12)))
+        (i32.load8_u (i32.const 60000)))
+      (func (export "fault") (param i32 i32) (result i32)
+        (call $call (i32.const 65000) (i32.const 100000) (i32.const 8) (i32.const 12))))
+    "#;
+
+    async fn call(export: &str) -> (wasmtime::Result<i32>, HostState) {
+        let engine = engine::new(EngineKind::RustPython, Default::default()).unwrap();
+        let module = Module::new(&engine, wat::parse_str(GUEST).unwrap()).unwrap();
+        let mut linker = Linker::new(&engine);
+        add_to_linker(&mut linker).unwrap();
+        let mut store = Store::new(&engine, HostState::new(&Guest::RustPython));
+        store.set_fuel(u64::MAX).unwrap();
+        store.epoch_deadline_async_yield_and_update(1);
+        let instance = linker.instantiate_async(&mut store, &module).await.unwrap();
+        let f = instance
+            .get_typed_func::<(i32, i32), i32>(&mut store, export)
+            .unwrap();
+        let result = f.call_async(&mut store, (0, 0)).await;
+        (result, store.into_data())
+    }
+
+    #[tokio::test]
+    async fn figures_that_are_not_pngs_or_too_large_are_counted_not_kept() {
+        let (answer, mut state) = call("turn").await;
+        assert_eq!(answer.unwrap(), i32::from(b'1'), "the host takes more");
+        let (images, left_out) = state.images.take();
+        assert_eq!(images.len(), 1);
+        assert_eq!(images[0].info().width, Some(640));
+        assert_eq!(left_out, 2, "the garbage and the enormous one");
+    }
+
+    #[tokio::test]
+    async fn a_figure_outside_the_guests_memory_is_a_fault_not_a_crash() {
+        let (answer, mut state) = call("fault").await;
+        assert!(answer.is_err(), "{answer:?}");
+        assert_eq!(state.images.take().0.len(), 0);
+    }
 }

@@ -11,6 +11,7 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
 
 use super::{Guest, SandboxError};
+use crate::outcome::ImageCollector;
 use crate::outcome::classify::HostRecords;
 use crate::output::{OutputSink, Stream};
 use crate::policy::ImportPolicy;
@@ -34,6 +35,8 @@ pub(crate) struct HostState {
     pub(super) report_too_large: Option<u32>,
     /// Set when the guest broke the protocol; the run then ends as a trap.
     pub(super) protocol_fault: Option<String>,
+    /// The figures the CPython driver sent this call, within their bounds.
+    pub(super) images: ImageCollector,
 }
 
 impl HostState {
@@ -62,6 +65,7 @@ impl HostState {
             report_limit: protocol::MAX_REPORT_BYTES,
             report_too_large: None,
             protocol_fault: None,
+            images: ImageCollector::default(),
         }
     }
 

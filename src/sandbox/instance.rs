@@ -10,7 +10,7 @@ use super::host::{HostState, MemoryLimiter};
 use super::{Guest, RunOptions, Sandbox, SandboxError, door};
 use crate::engine::Metering;
 use crate::limits::Limits;
-use crate::outcome::{Limit, Outcome, RunResult, Stats, classify};
+use crate::outcome::{ImageCollector, Limit, Outcome, RunResult, Stats, classify};
 
 /// An instance of the guest in a store of its own. A fresh run uses one for one call; a session
 /// keeps one for many. It is instantiated by its first call, within that call's time limit.
@@ -247,6 +247,7 @@ impl Instance {
         state.report_limit = protocol::report_limit(max_field_bytes);
         state.report_too_large = None;
         state.protocol_fault = None;
+        state.images = ImageCollector::default();
         state.deadline = Instant::now() + limits.timeout;
         state.limiter = MemoryLimiter {
             max: limits.memory_bytes,
@@ -274,6 +275,7 @@ impl Instance {
             Ok(left) if metered => limits.fuel.saturating_sub(left),
             _ => 0,
         };
+        let (images, images_left_out) = self.store.data_mut().images.take();
         let state = self.store.data();
         let (outcome, broken) = match ended {
             Err(_elapsed) => (
@@ -296,6 +298,8 @@ impl Instance {
                 wall_ms: wall.as_millis().try_into().unwrap_or(u64::MAX),
                 memory_peak_bytes: state.limiter.peak as u64,
             },
+            images,
+            images_left_out,
         };
         // The report and the output came from the guest: cut them to size here, whatever it sent.
         result.bound(limits.max_output_bytes);

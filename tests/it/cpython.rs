@@ -263,7 +263,7 @@ fn cpython_sessions_keep_state_and_undo_a_stopped_call() {
 }
 
 /// The front ends take `--engine cpython`: the suite's cache directory holds the engine.
-fn engine_args(extra: &[&'static str]) -> Vec<&'static str> {
+pub(crate) fn engine_args(extra: &[&'static str]) -> Vec<&'static str> {
     common::cpython_artifacts();
     [&["--engine", "cpython"], extra].concat()
 }

@@ -19,6 +19,7 @@ mod fuzz_smoke;
 mod layout;
 mod limits;
 mod mcp;
+mod plots;
 mod readme;
 mod scale;
 mod semantics;
