@@ -207,8 +207,10 @@ fn allow_help() -> String {
         "Also allow importing these modules (comma-separated, repeatable; an empty value adds none), \
          on top of: {}. A package allows its submodules. A dotted name allows what an import of it \
          hands over: `--allow os.path` allows `from os.path import join`, but `import os.path` binds \
-         `os` and needs `--allow os`.",
-        ImportPolicy::DEFAULT_ALLOWED.join(", ")
+         `os` and needs `--allow os`. `{}` stands for the CPython engine's data stack: {}.",
+        ImportPolicy::DEFAULT_ALLOWED.join(", "),
+        ImportPolicy::DATA_STACK_ALIAS,
+        ImportPolicy::DATA_STACK.join(", ")
     )
 }
 
@@ -251,7 +253,7 @@ fn parse_fuel(s: &str) -> Result<Fuel, String> {
 
 fn parse_module(s: &str) -> Result<String, String> {
     let s = s.trim();
-    if !s.is_empty() {
+    if !s.is_empty() && s != ImportPolicy::DATA_STACK_ALIAS {
         validate_module_name(s)?;
     }
     Ok(s.to_owned())

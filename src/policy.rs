@@ -14,7 +14,21 @@ pub struct ImportPolicy {
 impl ImportPolicy {
     /// The Python seed server's allowlist, as the guest preloads it.
     pub const DEFAULT_ALLOWED: &'static [&'static str] = safe_python_protocol::DEFAULT_ALLOWED;
-    /// The default allowlist plus `extra` (top-level or dotted module names).
+    /// The name that stands for [`Self::DATA_STACK`] in an allowlist (`--allow @data`); no
+    /// module can be called that.
+    pub const DATA_STACK_ALIAS: &'static str = "@data";
+    /// The CPython engine's data stack: what "numpy, pandas and plots" takes.
+    pub const DATA_STACK: &'static [&'static str] = &[
+        "matplotlib",
+        "numpy",
+        "pandas",
+        "scipy",
+        "sklearn",
+        "statsmodels",
+    ];
+
+    /// The default allowlist plus `extra` (top-level or dotted module names, or
+    /// [`Self::DATA_STACK_ALIAS`]).
     pub fn with_extra<S: AsRef<str>>(extra: impl IntoIterator<Item = S>) -> Self {
         let mut allowed: Vec<String> = Self::DEFAULT_ALLOWED
             .iter()
@@ -22,8 +36,14 @@ impl ImportPolicy {
             .collect();
         for name in extra {
             let name = name.as_ref().trim();
-            if !name.is_empty() && !allowed.iter().any(|a| a == name) {
-                allowed.push(name.to_owned());
+            let names = match name {
+                Self::DATA_STACK_ALIAS => Self::DATA_STACK,
+                _ => std::slice::from_ref(&name),
+            };
+            for &name in names {
+                if !name.is_empty() && !allowed.iter().any(|a| a == name) {
+                    allowed.push(name.to_owned());
+                }
             }
         }
         allowed.sort();
@@ -74,6 +94,18 @@ mod tests {
         assert!(policy.allows("os.path"));
         assert!(!policy.allows("os"));
         assert!(!policy.allows("subprocess"));
+    }
+
+    #[test]
+    fn the_data_stack_alias_allows_each_of_its_modules() {
+        let policy = ImportPolicy::with_extra(["numpy", ImportPolicy::DATA_STACK_ALIAS]);
+        for module in ImportPolicy::DATA_STACK {
+            assert!(policy.allows(module), "{module}");
+        }
+        assert!(policy.allows("sklearn.linear_model"));
+        assert!(!policy.allows("@data"));
+        let numpys = policy.allowed().iter().filter(|m| *m == "numpy").count();
+        assert_eq!(numpys, 1);
     }
 
     #[test]

@@ -49,3 +49,23 @@ fn readme_examples_print_what_the_readme_shows() {
     }
     assert!(examples.len() >= 3, "the README shows its examples");
 }
+
+/// The chat example of the CPython section: its code, run as the server runs it with the data
+/// stack allowed, prints the text the README shows.
+#[test]
+fn the_readme_chat_example_prints_what_the_readme_shows() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let chat = &readme[readme
+        .find("In a chat, it looks like this")
+        .expect("the chat example")..];
+    let code = common::fenced_blocks(chat, "python").remove(0);
+    let shown = common::fenced_blocks(chat, "text").remove(0);
+    let options = safe_python_executor::RunOptions {
+        policy: std::sync::Arc::new(safe_python_executor::ImportPolicy::with_extra(["@data"])),
+        ..Default::default()
+    };
+    let r = common::run_in(common::cpython(), &code, &options);
+    assert!(!r.is_failure(), "{r:#?}");
+    assert_eq!(r.stdout, shown);
+}
