@@ -326,3 +326,28 @@ fn cpython_fresh_calls_start_from_the_template_and_share_nothing() {
     let draw = "import random\nrandom.random()";
     assert_ne!(value(draw), value(draw), "each fresh call is seeded afresh");
 }
+
+/// Code may compile an AST, as in CPython, under any file name but the standard library's: the
+/// audit hook cannot see an AST's file name, so the driver's `compile` checks it.
+#[test]
+fn compiling_an_ast_works_but_not_under_a_standard_library_name() {
+    let options = RunOptions {
+        policy: Arc::new(ImportPolicy::with_extra(["ast"])),
+        ..RunOptions::default()
+    };
+    let code = "import ast\neval(compile(ast.parse('6 * 7', mode='eval'), '<mine>', 'eval'))";
+    let r = common::run_in(common::cpython(), code, &options);
+    assert_eq!(common::completed_value(code, r).as_deref(), Some("42"));
+    for forged in [
+        "'/usr/local/lib/python315.zip/json/x.py'",
+        "b'/usr/local/lib/python315.zip/json/x.py'",
+        "type('S', (str,), {'startswith': lambda *a: False})('<frozen x>')",
+    ] {
+        let code = format!(
+            "import ast\ncode = compile(ast.parse('import socket'), {forged}, 'exec')\nexec(code)"
+        );
+        let r = common::run_in(common::cpython(), &code, &options);
+        let error = r.error().unwrap_or_else(|| panic!("{forged}: {r:#?}"));
+        assert_eq!(error.kind, "RuntimeError", "{forged}: {error:#?}");
+    }
+}
