@@ -22,8 +22,7 @@ const REPS: usize = 11;
 
 /// Times a program the same way natively and in the sandbox: inside one interpreter, `reps` times
 /// (imports load once), run time only, compiling included: all statements but the last are
-/// executed, the last is evaluated. (From source text: the CPython engine refuses to compile an
-/// AST, whose file name its audit hook cannot see.) Expects `src` and `reps`; prints the median time and the value's `repr` as JSON.
+/// executed, the last is evaluated. Expects `src` and `reps`; prints the median time and the value's `repr` as JSON.
 const TIMING: &str = r#"
 import ast, json, time
 last = ast.parse(src).body[-1]
