@@ -257,12 +257,12 @@ impl Sandbox {
         .await
     }
 
-    /// How the compiled guest was obtained.
     /// Whether runs count instructions (see [`Metering`]).
     pub fn metering(&self) -> Metering {
         self.metering
     }
 
+    /// How the compiled guest was obtained.
     pub fn prepared(&self) -> &Prepared {
         &self.prepared
     }
