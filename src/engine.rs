@@ -33,6 +33,16 @@ pub enum EngineKind {
     CPython,
 }
 
+impl EngineKind {
+    /// The interpreter, as a user reads it in a banner.
+    pub fn interpreter(self) -> &'static str {
+        match self {
+            EngineKind::RustPython => "RustPython",
+            EngineKind::CPython => "CPython 3.15",
+        }
+    }
+}
+
 /// How compute is bounded besides the wall-clock limit, which always holds. Fuel is compiled
 /// into the guest's code (a counter checked in every loop and call), so each choice has a
 /// compiled module of its own.

@@ -46,8 +46,9 @@ pub(super) fn run(flags: &SandboxFlags, mut plots: Plots) -> anyhow::Result<u8> 
         let mut input = Input::new()?;
         if input.interactive() {
             eprintln!(
-                "sandbox-run {} REPL: Python (RustPython) in a WebAssembly sandbox. Ctrl-D or exit() leaves.",
-                env!("CARGO_PKG_VERSION")
+                "sandbox-run {} REPL: Python ({}) in a WebAssembly sandbox. Ctrl-D or exit() leaves.",
+                env!("CARGO_PKG_VERSION"),
+                flags.engine.interpreter()
             );
         }
         let mut entry = Entry::default();
