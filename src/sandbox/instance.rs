@@ -1,7 +1,8 @@
 //! One instance of the guest in a store of its own, and one call on it: setting the call's budget,
 //! running it, and gathering what it produced.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use safe_python_protocol::{self as protocol, Request};
 use wasmtime::{Memory, Store, TypedFunc};
@@ -11,6 +12,7 @@ use super::{Guest, RunOptions, Sandbox, SandboxError, door};
 use crate::engine::Metering;
 use crate::limits::Limits;
 use crate::outcome::{ImageCollector, Limit, Outcome, RunResult, Stats, classify};
+use crate::policy::ImportPolicy;
 
 /// An instance of the guest in a store of its own. A fresh run uses one for one call; a session
 /// keeps one for many. It is instantiated by its first call, within that call's time limit.
@@ -46,6 +48,10 @@ pub(crate) struct Call {
     /// unknown state and must not be called again.
     pub broken: bool,
 }
+
+/// How long a driver turn may wait in the host (for randomness, say): it runs the server's own
+/// imports, not user code, so this only keeps a broken one from hanging there.
+const DRIVER_TURN_TIME: Duration = Duration::from_secs(600);
 
 /// The unit of wasm linear memory.
 const WASM_PAGE: u64 = 64 << 10;
@@ -138,8 +144,8 @@ impl Instance {
         }
     }
 
-    /// A CPython instance whose driver is installed and which has run nothing else: what the
-    /// engine's template is taken from. Its budget is instantiation's, and its output is dropped.
+    /// A CPython instance whose driver is installed and which has run no call: what the
+    /// engine's template is built on (see [`super::template`]). Its budget is instantiation's, and its output is dropped.
     pub(crate) async fn with_driver(sandbox: &Sandbox) -> Result<Instance, SandboxError> {
         let mut instance =
             Instance::with_memory(sandbox, Limits::MAX_MEMORY_BYTES, 0, std::iter::empty()).await?;
@@ -155,6 +161,36 @@ impl Instance {
                 .map_err(SandboxError::Setup)?;
         }
         Ok(instance)
+    }
+
+    /// A turn of the driver's own on a CPython instance whose driver is installed (not a call:
+    /// no request, no `__main__`), with instantiation's budget, the imports it makes judged by
+    /// `policy` (a turn's code is not the driver's): its exit status. Its output stays in the
+    /// instance's sink until [`Self::take_output`].
+    pub(crate) async fn driver_turn(
+        &mut self,
+        source: &str,
+        policy: &Arc<ImportPolicy>,
+    ) -> Result<i32, SandboxError> {
+        let state = self.store.data_mut();
+        state.policy = policy.clone();
+        state.deadline = Instant::now() + DRIVER_TURN_TIME;
+        let Some(Exports {
+            entry: Entry::Turn { turn, alloc, .. },
+            memory,
+        }) = self.exports.clone()
+        else {
+            let e = wasmtime::format_err!("a driver turn needs an instantiated CPython instance");
+            return Err(SandboxError::Setup(e));
+        };
+        self.turn(turn, alloc, memory, source)
+            .await
+            .map_err(SandboxError::Setup)
+    }
+
+    /// The stdout and stderr written since the last call began, or since the last take.
+    pub(crate) fn take_output(&self) -> (Vec<u8>, Vec<u8>) {
+        self.store.data().sink.take()
     }
 
     /// One turn of the reactor: `source` copied into memory it allocates, then run; its exit
