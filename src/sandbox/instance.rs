@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use safe_python_protocol::{self as protocol, Request};
 use wasmtime::{Memory, Store, TypedFunc};
 
+use super::cow::Image;
 use super::host::{HostState, MemoryLimiter};
 use super::{Guest, RunOptions, Sandbox, SandboxError, door};
 use crate::engine::Metering;
@@ -239,21 +240,57 @@ impl Instance {
             .await
             .map_err(SandboxError::Setup)?
             .memory;
-        let grow = len.saturating_sub(memory.data_size(&instance.store)) as u64;
+        instance.write_pages(memory, len, pages)?;
+        Ok(instance)
+    }
+
+    /// A new instance whose memory is `image`, mapped copy-on-write (the CPython engine's
+    /// template), then grown to `len` bytes and overwritten with `pages` as in
+    /// [`Self::with_memory`].
+    pub(crate) async fn with_image<'a>(
+        sandbox: &Sandbox,
+        memory_bytes: usize,
+        image: &Image,
+        len: usize,
+        pages: impl Iterator<Item = (usize, &'a [u8])>,
+    ) -> Result<Instance, SandboxError> {
+        let mut instance =
+            Instance::with_memory(sandbox, memory_bytes, image.len(), std::iter::empty()).await?;
+        let Some(memory) = instance.exports.as_ref().map(|e| e.memory) else {
+            let e = wasmtime::format_err!("the instance has no memory");
+            return Err(SandboxError::Setup(e));
+        };
+        // A memory the kernel failed to map over may have lost its pages: the instance is dropped.
+        if !image.map_over(memory.data_mut(&mut instance.store)) {
+            let e = wasmtime::format_err!("cannot map the CPython engine's template");
+            return Err(SandboxError::Setup(e));
+        }
+        instance.write_pages(memory, len, pages)?;
+        Ok(instance)
+    }
+
+    /// Grows `memory` to `len` bytes and writes `pages` into it.
+    fn write_pages<'a>(
+        &mut self,
+        memory: Memory,
+        len: usize,
+        pages: impl Iterator<Item = (usize, &'a [u8])>,
+    ) -> Result<(), SandboxError> {
+        let grow = len.saturating_sub(memory.data_size(&self.store)) as u64;
         memory
-            .grow(&mut instance.store, grow.div_ceil(WASM_PAGE))
+            .grow(&mut self.store, grow.div_ceil(WASM_PAGE))
             .map_err(SandboxError::Setup)?;
         for (offset, bytes) in pages {
             memory
-                .write(&mut instance.store, offset, bytes)
+                .write(&mut self.store, offset, bytes)
                 .map_err(|e| SandboxError::Setup(e.into()))?;
         }
         // Memory restored into an instance holds the CPython driver: it is the engine's template,
         // or a session's after a call that completed.
         if len > 0 {
-            instance.mark_driver_installed();
+            self.mark_driver_installed();
         }
-        Ok(instance)
+        Ok(())
     }
 
     /// Runs `code` on this instance (instantiating it first if need be) under `options`.

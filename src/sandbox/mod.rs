@@ -6,6 +6,7 @@
 //! of `safe-python-protocol` ([`host`]) are the only other way out, and each bounds what it reads.
 //! How a call ended is [`crate::outcome`]'s to say, from the trap and the host's records.
 
+mod cow;
 mod door;
 mod host;
 mod instance;
@@ -242,14 +243,7 @@ impl Sandbox {
         if let Guest::RustPython = self.guest {
             return Ok(Instance::new(self));
         }
-        let template = &self.built_template().await?.snapshot;
-        Instance::with_memory(
-            self,
-            Limits::MAX_MEMORY_BYTES,
-            template.len,
-            template.pages(),
-        )
-        .await
+        self.from_template().await
     }
 
     /// How the compiled guest was obtained.

@@ -12,8 +12,12 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use std::iter::empty;
+
+use super::cow::Image;
 use super::snapshot::Snapshot;
-use super::{Instance, Sandbox, SandboxError, pagemap};
+use super::{Guest, Instance, Sandbox, SandboxError, pagemap};
+use crate::limits::Limits;
 use crate::policy::ImportPolicy;
 
 /// What the template holds and what it cost, for `--check` and the benchmarks.
@@ -39,8 +43,21 @@ pub struct PreloadFailure {
 
 /// The template's memory and the report on it.
 pub(super) struct Template {
-    pub(super) snapshot: Snapshot,
-    pub(super) info: TemplateInfo,
+    memory: Memory,
+    info: TemplateInfo,
+}
+
+/// How a new instance gets the template's memory.
+enum Memory {
+    /// Mapped copy-on-write ([`super::cow`]). Sessions take their snapshots against `base`, an
+    /// instance of the template never run, so that a snapshot holds only what the session
+    /// changed.
+    Image {
+        image: Image,
+        base: Arc<Mutex<Instance>>,
+    },
+    /// Copied, as the pages that differ from a pristine instance's (where there is no image).
+    Pages(Snapshot),
 }
 
 /// The modules of the data stack `policy` allows, as the template imports them: matplotlib as
@@ -57,6 +74,9 @@ pub fn template_preloads(policy: &ImportPolicy) -> Vec<String> {
         .collect()
 }
 
+/// Memory a template's instance may take while it is made: a call sets its own limit.
+const MAX: usize = Limits::MAX_MEMORY_BYTES;
+
 /// The longest failure reason kept: the guest's stderr is not bounded while the template builds.
 const MAX_REASON_BYTES: usize = 500;
 
@@ -65,7 +85,7 @@ impl Sandbox {
     /// `None` on RustPython, whose compiled snapshot is its template. Front ends call it at
     /// start-up so that no call pays for it; otherwise the first fresh call builds it.
     pub async fn template(&self) -> Result<Option<TemplateInfo>, SandboxError> {
-        if let super::Guest::RustPython = self.guest {
+        if let Guest::RustPython = self.guest {
             return Ok(None);
         }
         Ok(Some(self.built_template().await?.info.clone()))
@@ -85,15 +105,28 @@ impl Sandbox {
                         (Instance::with_driver(self).await?, Some(failure))
                     }
                 };
-                let pristine = self.pristine().await?;
-                let snapshot = Self::capture(&instance, &pristine)?;
+                let image = instance.memory().and_then(Image::new);
+                let memory = match image {
+                    Some(image) => {
+                        let base = Instance::with_image(self, MAX, &image, 0, empty()).await?;
+                        let base = Arc::new(Mutex::new(base));
+                        Memory::Image { image, base }
+                    }
+                    None => {
+                        let pristine = self.pristine().await?;
+                        Memory::Pages(Self::capture(&instance, &pristine)?)
+                    }
+                };
                 let info = TemplateInfo {
                     preloaded: match failed {
                         Some(_) => Vec::new(),
                         None => self.preload.to_vec(),
                     },
                     failed,
-                    bytes: snapshot.held_bytes(),
+                    bytes: match &memory {
+                        Memory::Image { image, .. } => image.held_bytes(),
+                        Memory::Pages(snapshot) => snapshot.held_bytes(),
+                    },
                     build_time: started.elapsed(),
                 };
                 tracing::info!(
@@ -102,10 +135,45 @@ impl Sandbox {
                     ms = info.build_time.as_millis() as u64,
                     "the CPython engine's template is ready"
                 );
-                Ok::<_, SandboxError>(Arc::new(Template { snapshot, info }))
+                Ok::<_, SandboxError>(Arc::new(Template { memory, info }))
             })
             .await?;
         Ok(template.clone())
+    }
+
+    /// A new instance for one fresh call, from the template.
+    pub(super) async fn from_template(&self) -> Result<Instance, SandboxError> {
+        match &self.built_template().await?.memory {
+            Memory::Image { image, .. } => Instance::with_image(self, MAX, image, 0, empty()).await,
+            Memory::Pages(t) => Instance::with_memory(self, MAX, t.len, t.pages()).await,
+        }
+    }
+
+    /// The instance a session's snapshots are taken against: the template where it is mapped,
+    /// otherwise (and on RustPython, whose compiled snapshot is its template) a pristine one.
+    pub(crate) async fn session_base(&self) -> Result<Arc<Mutex<Instance>>, SandboxError> {
+        if let Guest::CPython(_) = self.guest
+            && let Memory::Image { base, .. } = &self.built_template().await?.memory
+        {
+            return Ok(base.clone());
+        }
+        self.pristine().await
+    }
+
+    /// A new instance holding `snapshot`, taken against [`Self::session_base`]: a session's
+    /// rollback.
+    pub(crate) async fn restore(
+        &self,
+        memory_bytes: usize,
+        snapshot: &Snapshot,
+    ) -> Result<Instance, SandboxError> {
+        let (len, pages) = (snapshot.len, snapshot.pages());
+        if let Guest::CPython(_) = self.guest
+            && let Memory::Image { image, .. } = &self.built_template().await?.memory
+        {
+            return Instance::with_image(self, memory_bytes, image, len, pages).await;
+        }
+        Instance::with_memory(self, memory_bytes, len, pages).await
     }
 
     /// An instance with the driver installed and [`Self::preload`] imported, or the first module
