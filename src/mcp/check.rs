@@ -92,3 +92,38 @@ fn describe_template(template: &TemplateInfo) -> String {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::PreloadFailure;
+
+    #[test]
+    fn the_template_line_names_a_module_that_failed_and_why() {
+        let failed = TemplateInfo {
+            preloaded: Vec::new(),
+            failed: Some(PreloadFailure {
+                module: "numpy".into(),
+                reason: "ImportError: no".into(),
+            }),
+            bytes: 2_500_000,
+            build_time: Duration::from_millis(40),
+        };
+        let line = describe_template(&failed);
+        assert!(
+            line.starts_with("warning: cannot preload `numpy`: ImportError: no;"),
+            "{line}"
+        );
+        assert!(line.contains("2.5 MB held, built in 40 ms"), "{line}");
+        let loaded = TemplateInfo {
+            preloaded: vec!["numpy".into(), "pandas".into()],
+            failed: None,
+            ..failed
+        };
+        let line = describe_template(&loaded);
+        assert!(
+            line.starts_with("ok: fresh calls start with numpy, pandas imported"),
+            "{line}"
+        );
+    }
+}
