@@ -100,8 +100,8 @@ pub struct Sandbox {
     pre: InstancePre<HostState>,
     prepared: Prepared,
     guest: Guest,
-    /// A fresh instance, made when the first session needs it, that sessions compare their
-    /// memory with. Never run; its memory is mapped from the compiled module, so it costs almost
+    /// A fresh instance, made when first needed, that memory is compared with (by sessions,
+    /// unless the CPython template is mapped: see [`Sandbox::session_base`]). Never run; its memory is mapped from the compiled module, so it costs almost
     /// nothing.
     pristine: Arc<OnceCell<Arc<Mutex<Instance>>>>,
     /// What the CPython engine's template imports.

@@ -1,6 +1,7 @@
 //! The CPython engine's template: the memory every fresh call and new session starts from. It is
 //! an instance whose driver is installed and which has imported the data stack the server allows
-//! (see [`template_preloads`]), captured as the pages that differ from a pristine instance. Importing
+//! (see [`template_preloads`]), kept as an image each new instance maps copy-on-write
+//! ([`super::cow`]), or else as the pages that differ from a pristine instance. Importing
 //! numpy and pandas takes over a second and matplotlib rebuilds its font list: done once here,
 //! not in every call.
 //!
