@@ -243,7 +243,7 @@ impl Sandbox {
         if let Guest::RustPython = self.guest {
             return Ok(Instance::new(self));
         }
-        self.from_template().await
+        self.instance_from_template().await
     }
 
     /// How the compiled guest was obtained.

@@ -143,7 +143,7 @@ impl Sandbox {
     }
 
     /// A new instance for one fresh call, from the template.
-    pub(super) async fn from_template(&self) -> Result<Instance, SandboxError> {
+    pub(super) async fn instance_from_template(&self) -> Result<Instance, SandboxError> {
         match &self.built_template().await?.memory {
             Memory::Image { image, .. } => Instance::with_image(self, MAX, image, 0, empty()).await,
             Memory::Pages(t) => Instance::with_memory(self, MAX, t.len, t.pages()).await,
