@@ -68,7 +68,11 @@ mod imp {
         ///
         /// `memory` must be an instance's whole linear memory, exactly as long as the image.
         pub(crate) fn map_over(&self, memory: &mut [u8]) -> bool {
-            if memory.len() != self.len || !(memory.as_ptr() as usize).is_multiple_of(CHUNK) {
+            let page = rustix::param::page_size();
+            if memory.len() != self.len
+                || !(memory.as_ptr() as usize).is_multiple_of(page)
+                || !memory.len().is_multiple_of(page)
+            {
                 return false;
             }
             // SAFETY: `memory` is borrowed mutably, so nothing else reads or writes it while the
