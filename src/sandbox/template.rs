@@ -107,13 +107,19 @@ impl Sandbox {
                     }
                 };
                 let image = instance.memory().and_then(Image::new);
-                let memory = match image {
-                    Some(image) => {
-                        let base = Instance::with_image(self, MAX, &image, 0, empty()).await?;
-                        let base = Arc::new(Mutex::new(base));
-                        Memory::Image { image, base }
-                    }
-                    None => {
+                let base = match &image {
+                    Some(image) => Instance::with_image(self, MAX, image, 0, empty())
+                        .await
+                        .inspect_err(|e| tracing::warn!("{e:#}; it is copied instead"))
+                        .ok(),
+                    None => None,
+                };
+                let memory = match (image, base) {
+                    (Some(image), Some(base)) => Memory::Image {
+                        image,
+                        base: Arc::new(Mutex::new(base)),
+                    },
+                    _ => {
                         let pristine = self.pristine().await?;
                         Memory::Pages(Self::capture(&instance, &pristine)?)
                     }
