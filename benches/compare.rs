@@ -5,7 +5,9 @@
 //! Runs each program of `../shared/bench/programs.py` (a `PROGRAMS` dict of name to source, each
 //! ending in a checksum expression) in the sandbox, with fuel metering and without (`--fuel off`),
 //! and in CPython; checks that the checksums agree, and prints the per-call overhead of
-//! `print(1)`, each ratio of run times and their geometric means.
+//! `print(1)`, each ratio of run times and their geometric means. On the CPython engine it also
+//! measures the template that imports the data stack (`--allow @data`): its memory and build
+//! time, and fresh calls that use it.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -16,7 +18,9 @@ use anyhow::Context;
 use safe_python_executor::cache;
 use safe_python_executor::cpython::Artifacts;
 use safe_python_executor::engine::Metering;
-use safe_python_executor::{ImportPolicy, Limits, RunOptions, Sandbox, SandboxOptions, Session};
+use safe_python_executor::{
+    ImportPolicy, Limits, RunOptions, Sandbox, SandboxOptions, Session, template_preloads,
+};
 
 const REPS: usize = 11;
 
@@ -73,7 +77,10 @@ fn main() -> anyhow::Result<()> {
     // The same programs with fuel metering (the default) and without (`--fuel off`).
     let mut columns = Vec::new();
     for metering in [Metering::Fuel, Metering::Off] {
-        let sandbox = load(cpython, metering)?;
+        if cpython {
+            data_stack(&runtime, metering, &options)?;
+        }
+        let sandbox = load(cpython, metering, Vec::new())?;
         let run = |code: &str| -> anyhow::Result<(f64, Option<String>)> {
             let started = Instant::now();
             let r = runtime.block_on(sandbox.run(code, &options))?;
@@ -167,10 +174,57 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The sandbox of the engine asked for, with this metering (compiled on first use of each).
-fn load(cpython: bool, metering: Metering) -> anyhow::Result<Sandbox> {
+/// The CPython engine with the data stack allowed (`--allow @data`) and imported into its
+/// template: the template's memory and build time, and the p50 of fresh calls that use it and
+/// of `print(1)`.
+fn data_stack(
+    runtime: &tokio::runtime::Runtime,
+    metering: Metering,
+    options: &RunOptions,
+) -> anyhow::Result<()> {
+    let policy = ImportPolicy::with_extra([ImportPolicy::DATA_STACK_ALIAS]);
+    let sandbox = load(true, metering, template_preloads(&policy))?;
+    let template = runtime
+        .block_on(sandbox.template())?
+        .context("the CPython engine has a template")?;
+    anyhow::ensure!(
+        template.failed.is_none(),
+        "the template is the plain one: {template:?}"
+    );
+    println!(
+        "{metering:?}: template importing {}: {:.1} MB held, built in {} ms",
+        template.preloaded.join(", "),
+        template.bytes as f64 / 1e6,
+        template.build_time.as_millis()
+    );
+    let options = RunOptions {
+        policy: policy.into(),
+        ..options.clone()
+    };
+    let data = "import numpy, pandas as pd\npd.DataFrame({\"a\": [1, 2]}).sum()";
+    for (code, runs) in [(data, 30), ("print(1)", 300)] {
+        let mut times = (0..runs)
+            .map(|_| {
+                let started = Instant::now();
+                let r = runtime.block_on(sandbox.run(code, &options))?;
+                anyhow::ensure!(!r.is_failure(), "the sandbox failed: {r:?}");
+                Ok(started.elapsed().as_secs_f64() * 1000.0)
+            })
+            .collect::<anyhow::Result<Vec<f64>>>()?;
+        println!(
+            "{metering:?}: fresh call from that template, {code:?} ({runs} runs): p50 {:.2} ms",
+            median(&mut times)
+        );
+    }
+    Ok(())
+}
+
+/// The sandbox of the engine asked for, with this metering (compiled on first use of each), its
+/// template importing `preload` (CPython only).
+fn load(cpython: bool, metering: Metering, preload: Vec<String>) -> anyhow::Result<Sandbox> {
     let options = SandboxOptions {
         metering,
+        preload,
         ..SandboxOptions::default()
     };
     if !cpython {

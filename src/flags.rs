@@ -14,7 +14,7 @@ use crate::cpython::{self, Artifacts, Progress, Stage};
 use crate::engine::{EngineKind, Metering};
 use crate::limits::Limits;
 use crate::policy::{ImportPolicy, validate_module_name};
-use crate::sandbox::{RunOptions, Sandbox, SandboxError, SandboxOptions};
+use crate::sandbox::{RunOptions, Sandbox, SandboxError, SandboxOptions, template_preloads};
 
 /// Limits, allowed modules and the cache directory.
 #[derive(Debug, Clone, clap::Args)]
@@ -103,15 +103,24 @@ impl SandboxFlags {
 
     /// The sandbox these flags describe, loaded from the cache or compiled. `on_compile` is called
     /// before a compile, which takes tens of seconds, with the cache entry to be written (`None`:
-    /// none); front ends tell their user [`COMPILING`] and [`cache_notice`] there.
+    /// none); front ends tell their user [`COMPILING`] and [`cache_notice`] there. `preload`:
+    /// whether the CPython engine's template imports the data stack the policy allows
+    /// ([`template_preloads`]), which pays off for a server or a REPL, not for one call that
+    /// imports only what it uses.
     pub fn open_sandbox(
         &self,
+        preload: bool,
         on_compile: impl FnMut(Option<&Path>) + Send + 'static,
     ) -> Result<Sandbox, SandboxError> {
         let options = SandboxOptions {
             cache_dir: self.cache_dir.clone(),
             on_compile: Some(Box::new(on_compile)),
             metering: self.metering(),
+            preload: if preload {
+                template_preloads(&self.policy())
+            } else {
+                Vec::new()
+            },
         };
         match self.engine {
             EngineKind::RustPython => Sandbox::new(options),

@@ -38,5 +38,8 @@ pub use limits::Limits;
 pub use outcome::{Image, Limit, Outcome, PythonError, RunResult, Stats};
 pub use output::{OutputObserver, Stream};
 pub use policy::ImportPolicy;
-pub use sandbox::{RunOptions, Sandbox, SandboxError, SandboxOptions};
+pub use sandbox::{
+    PreloadFailure, RunOptions, Sandbox, SandboxError, SandboxOptions, TemplateInfo,
+    template_preloads,
+};
 pub use session::{Session, SessionRun};

@@ -152,16 +152,17 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// The sandbox, from the cache or compiled (with a progress notice, as that takes a while).
-fn open_sandbox(flags: &SandboxFlags) -> anyhow::Result<Sandbox> {
+/// The sandbox, from the cache or compiled (with a progress notice, as that takes a while);
+/// `preload` as for [`SandboxFlags::open_sandbox`].
+fn open_sandbox(flags: &SandboxFlags, preload: bool) -> anyhow::Result<Sandbox> {
     let notice = FirstRunNotice::to_stderr("sandbox-run");
-    let sandbox = flags.open_sandbox(notice.on_compile());
+    let sandbox = flags.open_sandbox(preload, notice.on_compile());
     notice.finish(sandbox.as_ref().ok().map(Sandbox::prepared));
     Ok(sandbox?)
 }
 
 fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
-    let sandbox = open_sandbox(&args.sandbox)?;
+    let sandbox = open_sandbox(&args.sandbox, false)?;
     let options = RunOptions {
         observer: (!args.json).then(terminal_observer),
         ..args.sandbox.run_options()

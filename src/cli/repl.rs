@@ -28,7 +28,7 @@ use crate::session::registry::{SessionLimits, SessionRequest, Sessions};
 const HISTORY_LINES: usize = 1000;
 
 pub(super) fn run(flags: &SandboxFlags, mut plots: Plots) -> anyhow::Result<u8> {
-    let sandbox = open_sandbox(flags)?;
+    let sandbox = open_sandbox(flags, true)?;
     let options = RunOptions {
         observer: Some(terminal_observer()),
         ..flags.run_options()

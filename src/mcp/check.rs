@@ -7,6 +7,7 @@ use crate::cache::Prepared;
 use crate::engine::EngineKind;
 use crate::flags::{COMPILING, SandboxFlags, cache_notice};
 use crate::outcome::RunResult;
+use crate::sandbox::TemplateInfo;
 use crate::session::Session;
 
 /// `--check`: the sandbox starts, runs code, refuses an import, stops an endless loop, and keeps a
@@ -21,10 +22,13 @@ pub(super) async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
             artifacts.dir().display()
         );
     }
-    let sandbox = flags.open_sandbox(|entry| {
+    let sandbox = flags.open_sandbox(true, |entry| {
         eprintln!("safe-python-mcp: {COMPILING}");
         eprintln!("safe-python-mcp: {}", cache_notice(entry));
     })?;
+    if let Some(template) = sandbox.template().await? {
+        println!("{}", describe_template(&template));
+    }
     let mut options = flags.run_options();
     type Check = (&'static str, &'static str, fn(&RunResult) -> bool);
     let checks: [Check; 3] = [
@@ -67,4 +71,59 @@ pub(super) async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
     };
     println!("safe-python-mcp: self-test passed (compiled sandbox: {cache})");
     Ok(())
+}
+
+/// The CPython engine's template in one line: what it imported, or which module it could not
+/// and why, then its memory and build time.
+fn describe_template(template: &TemplateInfo) -> String {
+    let held = format!(
+        "{:.1} MB held, built in {} ms",
+        template.bytes as f64 / 1e6,
+        template.build_time.as_millis()
+    );
+    match (&template.failed, template.preloaded.as_slice()) {
+        (Some(failure), _) => format!(
+            "warning: {failure}; fresh calls start without the data stack imported (template: {held})"
+        ),
+        (None, []) => format!("ok: fresh calls start from the template ({held})"),
+        (None, modules) => format!(
+            "ok: fresh calls start with {} imported (template: {held})",
+            modules.join(", ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::PreloadFailure;
+
+    #[test]
+    fn the_template_line_names_a_module_that_failed_and_why() {
+        let failed = TemplateInfo {
+            preloaded: Vec::new(),
+            failed: Some(PreloadFailure {
+                module: "numpy".into(),
+                reason: "ImportError: no".into(),
+            }),
+            bytes: 2_500_000,
+            build_time: Duration::from_millis(40),
+        };
+        let line = describe_template(&failed);
+        assert!(
+            line.starts_with("warning: cannot preload `numpy`: ImportError: no;"),
+            "{line}"
+        );
+        assert!(line.contains("2.5 MB held, built in 40 ms"), "{line}");
+        let loaded = TemplateInfo {
+            preloaded: vec!["numpy".into(), "pandas".into()],
+            failed: None,
+            ..failed
+        };
+        let line = describe_template(&loaded);
+        assert!(
+            line.starts_with("ok: fresh calls start with numpy, pandas imported"),
+            "{line}"
+        );
+    }
 }

@@ -20,6 +20,17 @@ use super::tools::{self, MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs, parse_argume
 use crate::sandbox::{RunOptions, Sandbox};
 use crate::session::registry::{LeaseRun, SessionRequest, Sessions};
 
+/// Opens the sandbox and builds the CPython engine's template (see [`Sandbox::template`]), so
+/// that no call pays for either; on the loader's own thread, as `initialize` must not wait.
+fn open_with_template(flags: &crate::flags::SandboxFlags) -> anyhow::Result<Sandbox> {
+    let sandbox = flags.open_sandbox(true, crate::flags::log_compile_notice)?;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(sandbox.template())?;
+    Ok(sandbox)
+}
+
 /// The server: shared by every request handler.
 #[derive(Clone)]
 pub struct PythonServer(Arc<Inner>);
@@ -40,9 +51,7 @@ impl PythonServer {
         let (ready, sandbox) = watch::channel(None);
         let flags = args.sandbox.clone();
         std::thread::spawn(move || {
-            let sandbox = flags
-                .open_sandbox(crate::flags::log_compile_notice)
-                .map_err(|e| format!("{e:#}"));
+            let sandbox = open_with_template(&flags).map_err(|e| format!("{e:#}"));
             match &sandbox {
                 Ok(_) => tracing::info!("sandbox ready"),
                 Err(e) => tracing::error!("the sandbox cannot start: {e}"),

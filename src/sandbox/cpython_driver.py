@@ -244,8 +244,11 @@ def _install():
 
     def main_globals():
         if state["main"] is None:
-            if "random" in sys.modules:
-                sys.modules["random"].seed()
+            # The template may have imported them (src/sandbox/template.rs): each instance
+            # draws its own numbers.
+            for generator in ("random", "numpy.random"):
+                if generator in sys.modules:
+                    sys.modules[generator].seed()
             module = types.ModuleType("__main__")
             module.__dict__["__builtins__"] = builtins
             state["main"] = module

@@ -1,16 +1,19 @@
 //! One instance of the guest in a store of its own, and one call on it: setting the call's budget,
 //! running it, and gathering what it produced.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use safe_python_protocol::{self as protocol, Request};
 use wasmtime::{Memory, Store, TypedFunc};
 
+use super::cow::Image;
 use super::host::{HostState, MemoryLimiter};
 use super::{Guest, RunOptions, Sandbox, SandboxError, door};
 use crate::engine::Metering;
 use crate::limits::Limits;
 use crate::outcome::{ImageCollector, Limit, Outcome, RunResult, Stats, classify};
+use crate::policy::ImportPolicy;
 
 /// An instance of the guest in a store of its own. A fresh run uses one for one call; a session
 /// keeps one for many. It is instantiated by its first call, within that call's time limit.
@@ -46,6 +49,10 @@ pub(crate) struct Call {
     /// unknown state and must not be called again.
     pub broken: bool,
 }
+
+/// How long a driver turn may wait in the host (for randomness, say): it runs the server's own
+/// imports, not user code, so this only keeps a broken one from hanging there.
+const DRIVER_TURN_TIME: Duration = Duration::from_secs(600);
 
 /// The unit of wasm linear memory.
 const WASM_PAGE: u64 = 64 << 10;
@@ -138,8 +145,8 @@ impl Instance {
         }
     }
 
-    /// A CPython instance whose driver is installed and which has run nothing else: what the
-    /// engine's template is taken from. Its budget is instantiation's, and its output is dropped.
+    /// A CPython instance whose driver is installed and which has run no call: what the
+    /// engine's template is built on (see [`super::template`]). Its budget is instantiation's, and its output is dropped.
     pub(crate) async fn with_driver(sandbox: &Sandbox) -> Result<Instance, SandboxError> {
         let mut instance =
             Instance::with_memory(sandbox, Limits::MAX_MEMORY_BYTES, 0, std::iter::empty()).await?;
@@ -155,6 +162,36 @@ impl Instance {
                 .map_err(SandboxError::Setup)?;
         }
         Ok(instance)
+    }
+
+    /// A turn of the driver's own on a CPython instance whose driver is installed (not a call:
+    /// no request, no `__main__`), with instantiation's budget, the imports it makes judged by
+    /// `policy` (a turn's code is not the driver's): its exit status. Its output stays in the
+    /// instance's sink until [`Self::take_output`].
+    pub(crate) async fn driver_turn(
+        &mut self,
+        source: &str,
+        policy: &Arc<ImportPolicy>,
+    ) -> Result<i32, SandboxError> {
+        let state = self.store.data_mut();
+        state.policy = policy.clone();
+        state.deadline = Instant::now() + DRIVER_TURN_TIME;
+        let Some(Exports {
+            entry: Entry::Turn { turn, alloc, .. },
+            memory,
+        }) = self.exports.clone()
+        else {
+            let e = wasmtime::format_err!("a driver turn needs an instantiated CPython instance");
+            return Err(SandboxError::Setup(e));
+        };
+        self.turn(turn, alloc, memory, source)
+            .await
+            .map_err(SandboxError::Setup)
+    }
+
+    /// The stdout and stderr written since the last call began, or since the last take.
+    pub(crate) fn take_output(&self) -> (Vec<u8>, Vec<u8>) {
+        self.store.data().sink.take()
     }
 
     /// One turn of the reactor: `source` copied into memory it allocates, then run; its exit
@@ -203,21 +240,57 @@ impl Instance {
             .await
             .map_err(SandboxError::Setup)?
             .memory;
-        let grow = len.saturating_sub(memory.data_size(&instance.store)) as u64;
+        instance.write_pages(memory, len, pages)?;
+        Ok(instance)
+    }
+
+    /// A new instance whose memory is `image`, mapped copy-on-write (the CPython engine's
+    /// template), then grown to `len` bytes and overwritten with `pages` as in
+    /// [`Self::with_memory`].
+    pub(crate) async fn with_image<'a>(
+        sandbox: &Sandbox,
+        memory_bytes: usize,
+        image: &Image,
+        len: usize,
+        pages: impl Iterator<Item = (usize, &'a [u8])>,
+    ) -> Result<Instance, SandboxError> {
+        let mut instance =
+            Instance::with_memory(sandbox, memory_bytes, image.len(), std::iter::empty()).await?;
+        let Some(memory) = instance.exports.as_ref().map(|e| e.memory) else {
+            let e = wasmtime::format_err!("the instance has no memory");
+            return Err(SandboxError::Setup(e));
+        };
+        // A memory the kernel failed to map over may have lost its pages: the instance is dropped.
+        if !image.map_over(memory.data_mut(&mut instance.store)) {
+            let e = wasmtime::format_err!("cannot map the CPython engine's template");
+            return Err(SandboxError::Setup(e));
+        }
+        instance.write_pages(memory, len, pages)?;
+        Ok(instance)
+    }
+
+    /// Grows `memory` to `len` bytes and writes `pages` into it.
+    fn write_pages<'a>(
+        &mut self,
+        memory: Memory,
+        len: usize,
+        pages: impl Iterator<Item = (usize, &'a [u8])>,
+    ) -> Result<(), SandboxError> {
+        let grow = len.saturating_sub(memory.data_size(&self.store)) as u64;
         memory
-            .grow(&mut instance.store, grow.div_ceil(WASM_PAGE))
+            .grow(&mut self.store, grow.div_ceil(WASM_PAGE))
             .map_err(SandboxError::Setup)?;
         for (offset, bytes) in pages {
             memory
-                .write(&mut instance.store, offset, bytes)
+                .write(&mut self.store, offset, bytes)
                 .map_err(|e| SandboxError::Setup(e.into()))?;
         }
         // Memory restored into an instance holds the CPython driver: it is the engine's template,
         // or a session's after a call that completed.
         if len > 0 {
-            instance.mark_driver_installed();
+            self.mark_driver_installed();
         }
-        Ok(instance)
+        Ok(())
     }
 
     /// Runs `code` on this instance (instantiating it first if need be) under `options`.

@@ -6,14 +6,16 @@
 //! of `safe-python-protocol` ([`host`]) are the only other way out, and each bounds what it reads.
 //! How a call ended is [`crate::outcome`]'s to say, from the trap and the host's records.
 
+mod cow;
 mod door;
 mod host;
 mod instance;
 pub(crate) mod pagemap;
 pub(crate) mod snapshot;
+mod template;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
 use wasmtime::{Engine, InstancePre, Linker, Module};
@@ -29,7 +31,8 @@ use crate::policy::ImportPolicy;
 use crate::{embedded, engine};
 use host::HostState;
 pub(crate) use instance::Instance;
-use snapshot::Snapshot;
+use template::Template;
+pub use template::{PreloadFailure, TemplateInfo, template_preloads};
 
 /// Faults of the host or of the guest artifact: never caused by the code being run.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +71,9 @@ pub struct SandboxOptions {
     pub on_compile: Option<CompileNotice>,
     /// Whether runs count instructions against [`Limits::fuel`].
     pub metering: Metering,
+    /// Modules the CPython engine imports into its template, so that calls find them loaded:
+    /// [`template_preloads`] of the server's policy. RustPython ignores it.
+    pub preload: Vec<String>,
 }
 
 /// What one run may do and who hears its output.
@@ -94,14 +100,16 @@ pub struct Sandbox {
     pre: InstancePre<HostState>,
     prepared: Prepared,
     guest: Guest,
-    /// A fresh instance, made when the first session needs it, that sessions compare their
-    /// memory with. Never run; its memory is mapped from the compiled module, so it costs almost
+    /// A fresh instance, made when first needed, that memory is compared with (by sessions,
+    /// unless the CPython template is mapped: see [`Sandbox::session_base`]). Never run; its memory is mapped from the compiled module, so it costs almost
     /// nothing.
     pristine: Arc<OnceCell<Arc<Mutex<Instance>>>>,
-    /// The CPython engine's template: the memory of an instance whose driver is installed, as
-    /// the pages that differ from a fresh instance's. Every fresh call starts from it instead
-    /// of installing the driver again (50 ms). Made by the first fresh call; holds no user state.
-    template: Arc<OnceCell<Arc<Snapshot>>>,
+    /// What the CPython engine's template imports.
+    preload: Arc<[String]>,
+    /// The CPython engine's template ([`template`]): every fresh call starts from it instead of
+    /// installing the driver and importing the data stack again. Made by [`Sandbox::template`]
+    /// or the first fresh call; holds no user state.
+    template: Arc<OnceCell<Arc<Template>>>,
 }
 
 impl Sandbox {
@@ -121,8 +129,9 @@ impl Sandbox {
     /// time, compiling its 100 MB module takes a minute or more; `options.on_compile` hears of it.
     pub fn cpython(
         artifacts: &Artifacts,
-        options: SandboxOptions,
+        mut options: SandboxOptions,
     ) -> Result<Sandbox, SandboxError> {
+        let preload = std::mem::take(&mut options.preload);
         let stdlib = Stdlib::load(&artifacts.stdlib())?;
         let snapshot = artifacts.snapshot();
         let metering = options.metering;
@@ -132,7 +141,11 @@ impl Sandbox {
             PINNED.snapshot.sha256,
             options,
         )?;
-        Self::link(engine, metering, module, prepared, Guest::CPython(stdlib))
+        let sandbox = Self::link(engine, metering, module, prepared, Guest::CPython(stdlib))?;
+        Ok(Sandbox {
+            preload: preload.into(),
+            ..sandbox
+        })
     }
 
     fn load(
@@ -205,6 +218,7 @@ impl Sandbox {
             prepared,
             guest,
             pristine: Arc::default(),
+            preload: Arc::new([]),
             template: Arc::default(),
         })
     }
@@ -229,32 +243,7 @@ impl Sandbox {
         if let Guest::RustPython = self.guest {
             return Ok(Instance::new(self));
         }
-        let template = self
-            .template
-            .get_or_try_init(|| async {
-                let instance = Instance::with_driver(self).await?;
-                let pristine = self.pristine().await?;
-                let pristine = pristine.lock().unwrap_or_else(PoisonError::into_inner);
-                let (Some(live), Some(base)) = (instance.memory(), pristine.memory()) else {
-                    let e = wasmtime::format_err!("the template instance has no memory");
-                    return Err(SandboxError::Setup(e));
-                };
-                let mut snapshot = Snapshot::default();
-                snapshot.capture(live, base, pagemap::written(live).as_deref());
-                tracing::debug!(
-                    pages = snapshot.offsets.len(),
-                    "the CPython engine's template is ready"
-                );
-                Ok(Arc::new(snapshot))
-            })
-            .await?;
-        Instance::with_memory(
-            self,
-            Limits::MAX_MEMORY_BYTES,
-            template.len,
-            template.pages(),
-        )
-        .await
+        self.instance_from_template().await
     }
 
     /// Whether runs count instructions (see [`Metering`]).

@@ -40,7 +40,8 @@ pub struct SessionRun {
 /// An interpreter whose `__main__` lives from one call to the next.
 pub struct Session {
     sandbox: Sandbox,
-    /// A fresh instance never run, whose memory snapshots are taken against.
+    /// An instance as a fresh call starts with, never run, whose memory snapshots are taken
+    /// against (see [`Sandbox::session_base`]).
     pristine: Arc<Mutex<Instance>>,
     instance: Instance,
     /// Shared only with a rollback in progress, whose thread writes it into the new instance.
@@ -66,7 +67,7 @@ impl Session {
     /// its first call; CPython's starts from the engine's template, its driver installed).
     pub async fn new(sandbox: &Sandbox) -> Result<Session, SandboxError> {
         Ok(Session {
-            pristine: sandbox.pristine().await?,
+            pristine: sandbox.session_base().await?,
             instance: sandbox.fresh().await?,
             sandbox: sandbox.clone(),
             snapshot: Arc::default(),
@@ -163,12 +164,7 @@ impl Session {
             if snapshot.len == 0 {
                 return Ok(Instance::new(&sandbox));
             }
-            runtime.block_on(Instance::with_memory(
-                &sandbox,
-                memory_bytes,
-                snapshot.len,
-                snapshot.pages(),
-            ))
+            runtime.block_on(sandbox.restore(memory_bytes, &snapshot))
         })
         .await;
         self.instance = match restored {

@@ -24,3 +24,4 @@ mod readme;
 mod scale;
 mod semantics;
 mod session;
+mod template;
