@@ -1,7 +1,7 @@
 //! The adversarial suite: every case in `tests/adversarial/cases.json` runs through the real MCP
 //! server, and for every case the sandbox must hold:
 //!
-//! - the call ends within the timeout plus a second, with the outcome the case expects;
+//! - the call ends within the timeout plus [`SLACK`], with the outcome the case expects;
 //! - the server answers the next call;
 //! - a canary environment variable set for the server never appears in any output;
 //! - no host file content appears;
@@ -44,7 +44,17 @@ use safe_python_executor::mcp::REPLY_OVERHEAD_BYTES;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+/// The timeout of the servers that run the cases expected to time out (or to hit any limit): short,
+/// so that the suite stays quick.
 const TIMEOUT_SECS: u64 = 3;
+/// The timeout of the servers that run every other case. Some cases do seconds of legitimate work
+/// before the outcome they expect (a dict that grows to the memory limit, a 10 MB source); on a
+/// loaded 2-core machine the short timeout would end them first and the test would fail for
+/// nothing the sandbox did.
+const PATIENT_TIMEOUT_SECS: u64 = 30;
+/// How long after its timeout a call may end: the stop itself, undoing a session, and a megabyte
+/// of source or reply through JSON, on a loaded machine.
+const SLACK: Duration = Duration::from_secs(2);
 /// The servers' `--max-output`.
 const MAX_OUTPUT: usize = 65536;
 const CANARY_ENV: &str = "SAFE_PYTHON_CANARY";
@@ -81,6 +91,11 @@ impl Case {
         self.code.repeat(self.repeat.unwrap_or(1))
     }
 
+    /// Whether the case may run out of time by design, and so runs with the short timeout.
+    fn may_time_out(&self, engine: Engine) -> bool {
+        matches!(self.expect(engine), "any" | "limit" | "limit:timeout")
+    }
+
     fn expect(&self, engine: Engine) -> &str {
         match (engine, &self.cpython) {
             (Engine::CPython, Some(differs)) => &differs.expect,
@@ -90,9 +105,13 @@ impl Case {
 }
 
 async fn server(dir: &Path, engine: Engine, extra: &[&str]) -> Client {
+    server_with_timeout(dir, engine, TIMEOUT_SECS, extra).await
+}
+
+async fn server_with_timeout(dir: &Path, engine: Engine, timeout: u64, extra: &[&str]) -> Client {
     let mut command = common::spawn::mcp_server(&[
         "--timeout",
-        &TIMEOUT_SECS.to_string(),
+        &timeout.to_string(),
         "--memory",
         "128",
         "--max-output",
@@ -209,12 +228,29 @@ async fn run_suite(engine: Engine, in_sessions: bool) {
         .ok()
         .and_then(|p| p.lines().next().map(str::to_owned));
 
-    let strict = server(dir, engine, &[]).await;
-    let open = server(dir, engine, &["--allow", OPEN_MODULES]).await;
+    // Strict and open servers, each with the short and the patient timeout.
+    let open_flags: &[&str] = &["--allow", OPEN_MODULES];
+    let (strict, open, patient_strict, patient_open) = tokio::join!(
+        server(dir, engine, &[]),
+        server(dir, engine, open_flags),
+        server_with_timeout(dir, engine, PATIENT_TIMEOUT_SECS, &[]),
+        server_with_timeout(dir, engine, PATIENT_TIMEOUT_SECS, open_flags),
+    );
     let mut failures = Vec::new();
     let mut handles: Vec<String> = Vec::new();
     for case in &cases {
-        let client = if case.open_server { &open } else { &strict };
+        let short = case.may_time_out(engine);
+        let client = match (case.open_server, short) {
+            (false, true) => &strict,
+            (true, true) => &open,
+            (false, false) => &patient_strict,
+            (true, false) => &patient_open,
+        };
+        let timeout = if short {
+            TIMEOUT_SECS
+        } else {
+            PATIENT_TIMEOUT_SECS
+        };
         let session = match in_sessions {
             true => Some(new_session(client, KEPT).await),
             false => None,
@@ -258,7 +294,7 @@ async fn run_suite(engine: Engine, in_sessions: bool) {
                 }
             }
         }
-        if took > Duration::from_secs(TIMEOUT_SECS + 1) {
+        if took > Duration::from_secs(timeout) + SLACK {
             problems.push(format!("took {took:?}"));
         }
         let (next, expected) = match session {
@@ -287,8 +323,9 @@ async fn run_suite(engine: Engine, in_sessions: bool) {
             ));
         }
     }
-    strict.cancel().await.unwrap();
-    open.cancel().await.unwrap();
+    for client in [strict, open, patient_strict, patient_open] {
+        client.cancel().await.unwrap();
+    }
 
     assert_eq!(
         listing(dir),
