@@ -10,7 +10,7 @@ use wasmtime::{Memory, Store, TypedFunc};
 use super::cow::Image;
 use super::host::{HostState, MemoryLimiter};
 use super::{Guest, RunOptions, Sandbox, SandboxError, door};
-use crate::engine::Metering;
+use crate::engine::{self, Metering};
 use crate::limits::Limits;
 use crate::outcome::{ImageCollector, Limit, Outcome, RunResult, Stats, classify};
 use crate::policy::ImportPolicy;
@@ -229,12 +229,7 @@ impl Instance {
         let mut instance = Instance::new(sandbox);
         instance.store.data_mut().limiter.max = memory_bytes;
         // Instantiation runs no user code; give it what it needs.
-        let store = &mut instance.store;
-        if sandbox.metering() == Metering::Fuel {
-            store.set_fuel(u64::MAX).map_err(SandboxError::Setup)?;
-        }
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_async_yield_and_update(1);
+        arm(&mut instance.store, sandbox.metering(), u64::MAX)?;
         let memory = instance
             .instantiate(sandbox)
             .await
@@ -331,13 +326,7 @@ impl Instance {
             .sink
             .begin(limits.max_output_bytes, options.observer.clone());
         let metered = sandbox.metering() == Metering::Fuel;
-        if metered {
-            self.store
-                .set_fuel(limits.fuel)
-                .map_err(SandboxError::Setup)?;
-        }
-        self.store.set_epoch_deadline(1);
-        self.store.epoch_deadline_async_yield_and_update(1);
+        arm(&mut self.store, sandbox.metering(), limits.fuel)?;
 
         let started = Instant::now();
         let ended = tokio::time::timeout(limits.timeout, self.enter(sandbox)).await;
@@ -377,5 +366,21 @@ impl Instance {
         // The report and the output came from the guest: cut them to size here, whatever it sent.
         result.bound(limits.max_output_bytes);
         Ok(Call { result, broken })
+    }
+}
+
+/// Gives `store` its `fuel` when metered, and makes its guest yield now and then so that a
+/// timeout or a cancellation can take effect (see [`crate::engine`]).
+fn arm(store: &mut Store<HostState>, metering: Metering, fuel: u64) -> Result<(), SandboxError> {
+    match metering {
+        Metering::Fuel => store
+            .fuel_async_yield_interval(Some(engine::FUEL_YIELD_INTERVAL))
+            .and_then(|()| store.set_fuel(fuel))
+            .map_err(SandboxError::Setup),
+        Metering::Off => {
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_async_yield_and_update(1);
+            Ok(())
+        }
     }
 }
