@@ -1,5 +1,6 @@
-//! The schemas clients are given, in a portable form: rmcp's (schemars') with each `type` a single
-//! name, as MCP Inspector's `--strict` lint asks.
+//! The schemas clients are given, in a portable form: rmcp's (schemars'), with each `type` a
+//! single name and only the `format`s JSON Schema defines, so that MCP Inspector's `--strict` lint
+//! and its validator of replies have nothing to warn of.
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use schemars::transform::transform_subschemas;
 
 use super::tools::{CallReport, RUN_PYTHON, RunPythonArgs};
 
-/// The input schema clients are given: rmcp's, made portable ([`single_types`]).
+/// The input schema clients are given: rmcp's, made portable ([`make_portable`]).
 pub fn input_schema() -> Arc<JsonObject> {
     let schema = schema_for_input::<RunPythonArgs>()
         .unwrap_or_else(|e| panic!("the arguments of {RUN_PYTHON} are not an object: {e}"));
@@ -24,21 +25,51 @@ pub fn output_schema() -> Arc<JsonObject> {
 
 fn portable(schema: &JsonObject) -> Arc<JsonObject> {
     let mut schema = Schema::from(schema.clone());
-    single_types(&mut schema);
+    make_portable(&mut schema);
     Arc::new(std::mem::take(schema.ensure_object()))
 }
 
-/// Rewrites schemars' nullable form, `"type": ["string", "null"]` (an `Option`), as `anyOf` of
-/// branches with one `type` each: clients that map tool schemas onto a dialect with a single
-/// `type` (the OpenAPI subset of Gemini's function declarations) reject or misread type arrays,
-/// and MCP Inspector's `--strict` lint warns of them. The constraints (`pattern`, `format`,
-/// `minimum`) go in the branches of the types they are for, every one but `null`'s; the
-/// description stays outside, where clients look for it.
-fn single_types(schema: &mut Schema) {
-    transform_subschemas(&mut single_types, schema);
+/// The `format`s JSON Schema 2020-12 defines. schemars adds its own for integer widths
+/// (`"uint64"`), which validators do not know and warn of; `minimum` already says what matters.
+const STANDARD_FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Drops the `format`s JSON Schema does not define, and rewrites schemars' nullable form,
+/// `"type": ["string", "null"]` (an `Option`), as `anyOf` of branches with one `type` each:
+/// clients that map tool schemas onto a dialect with a single `type` (the OpenAPI subset of
+/// Gemini's function declarations) reject or misread type arrays, and MCP Inspector's `--strict`
+/// lint warns of them. The constraints (`pattern`, `minimum`) go in the branches of the types
+/// they are for, every one but `null`'s; the description stays outside, where clients look for it.
+fn make_portable(schema: &mut Schema) {
+    transform_subschemas(&mut make_portable, schema);
     let Some(object) = schema.as_object_mut() else {
         return;
     };
+    if object
+        .get("format")
+        .is_some_and(|format| !STANDARD_FORMATS.iter().any(|known| format == known))
+    {
+        object.remove("format");
+    }
     let Some(types) = object.get("type").and_then(|ty| ty.as_array()).cloned() else {
         return;
     };
@@ -87,32 +118,32 @@ mod tests {
     }
 
     #[test]
-    fn type_arrays_become_branches_of_one_type_each() {
+    fn type_arrays_become_branches_of_one_type_each_and_formats_standard() {
         let mut schema = Schema::from(
             json!({
                 "type": "object",
                 "properties": {
                     "width": {"description": "w", "type": ["integer", "null"], "format": "uint32", "minimum": 0},
                     "items": {"type": "array", "items": {"type": ["string", "null"]}},
-                    "plain": {"type": "string"}
+                    "plain": {"type": "string", "format": "date"}
                 }
             })
             .as_object()
             .unwrap()
             .clone(),
         );
-        single_types(&mut schema);
+        make_portable(&mut schema);
         assert_eq!(
             schema.to_value(),
             json!({
                 "type": "object",
                 "properties": {
                     "width": {"description": "w", "anyOf": [
-                        {"type": "integer", "format": "uint32", "minimum": 0},
+                        {"type": "integer", "minimum": 0},
                         {"type": "null"}
                     ]},
                     "items": {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
-                    "plain": {"type": "string"}
+                    "plain": {"type": "string", "format": "date"}
                 }
             })
         );
