@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rmcp::ServiceExt;
-use rmcp::handler::server::common::schema_for_type;
+use rmcp::handler::server::tool::parse_json_object;
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonObject, JsonRpcMessage, RequestId,
     ServerJsonRpcMessage,
@@ -46,7 +46,15 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 
 /// The input schema of `run_python`, as clients are given it in `tools/list`.
 pub fn run_python_schema() -> Arc<JsonObject> {
-    schema_for_type::<RunPythonArgs>()
+    mcp::input_schema()
+}
+
+/// Decodes `run_python`'s arguments as the server does: rmcp's tool router, then the tool's check.
+pub fn decode_arguments(arguments: Option<JsonObject>) -> Result<RunPythonArgs, String> {
+    let args: RunPythonArgs =
+        parse_json_object(arguments.unwrap_or_default()).map_err(|e| e.message.into_owned())?;
+    args.check()?;
+    Ok(args)
 }
 
 /// Whether a value of JSON type `ty` (a JSON Schema type name) admits `value`.
@@ -77,11 +85,15 @@ fn admits(name: &str, schema: &Value, value: &Value) -> bool {
             "type" => {
                 admitted &= match constraint {
                     Value::String(ty) => has_type(ty, value),
-                    Value::Array(types) => types
-                        .iter()
-                        .any(|ty| has_type(ty.as_str().expect("a type name"), value)),
-                    other => panic!("{name}: a type that is not a name: {other}"),
+                    other => panic!("{name}: a type that is not one name: {other}"),
                 }
+            }
+            "anyOf" => {
+                admitted &= constraint
+                    .as_array()
+                    .expect("anyOf lists schemas")
+                    .iter()
+                    .any(|branch| admits(name, branch, value))
             }
             "minimum" => {
                 admitted &= value
@@ -139,8 +151,9 @@ pub fn conforms(schema: &JsonObject, arguments: &JsonObject) -> bool {
 pub fn run_python_args(data: &[u8]) {
     static SCHEMA: LazyLock<Arc<JsonObject>> = LazyLock::new(run_python_schema);
     static SESSION_FORM: LazyLock<regex_lite::Regex> = LazyLock::new(|| {
-        let pattern = SCHEMA["properties"]["session"]["pattern"]
-            .as_str()
+        let pattern = SCHEMA["properties"]["session"]["anyOf"]
+            .as_array()
+            .and_then(|branches| branches.iter().find_map(|b| b["pattern"].as_str()))
             .expect("the schema gives the form of a session value");
         regex_lite::Regex::new(pattern).expect("the schema's pattern is a regular expression")
     });
@@ -153,7 +166,7 @@ pub fn run_python_args(data: &[u8]) {
     let session = given.get("session").and_then(Value::as_str);
     let reset = given.get("reset") == Some(&Value::Bool(true));
     let well_formed = conforms(&SCHEMA, &given) && !(reset && session.is_none());
-    match mcp::parse_arguments(arguments) {
+    match decode_arguments(arguments) {
         Ok(args) => {
             assert!(well_formed, "accepted {given:?}");
             assert_eq!(Some(args.code.as_str()), given["code"].as_str());
@@ -235,7 +248,7 @@ fn expected_answers(data: &[u8]) -> HashSet<RequestId> {
         match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
             Ok(JsonRpcMessage::Request(request)) => {
                 if let ClientRequest::CallToolRequest(call) = &request.request {
-                    let _ = mcp::parse_arguments(call.params.arguments.clone());
+                    let _ = decode_arguments(call.params.arguments.clone());
                 }
                 ids.insert(request.id);
             }

@@ -20,6 +20,7 @@
 
 mod check;
 mod progress;
+mod schema;
 mod server;
 mod tools;
 
@@ -30,10 +31,9 @@ use clap::Parser;
 use rmcp::ServiceExt;
 
 pub use self::progress::{MAX_UPDATE_BYTES, MAX_UPDATES};
+pub use self::schema::input_schema;
 pub use self::server::PythonServer;
-pub use self::tools::{
-    MAX_CODE_BYTES, REPLY_OVERHEAD_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments,
-};
+pub use self::tools::{MAX_CODE_BYTES, REPLY_OVERHEAD_BYTES, RUN_PYTHON, RunPythonArgs};
 use crate::flags::{SandboxFlags, parse_seconds};
 use crate::session::registry::SessionLimits;
 

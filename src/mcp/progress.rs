@@ -1,6 +1,6 @@
 //! Live output of a call: printed text sent to the client while the code runs, as progress
-//! notifications (when the request carries a progress token) and log messages (after
-//! `logging/setLevel`).
+//! notifications (when the request carries a progress token) and log messages at level `info`
+//! (when the client asked for them, see `server::sends_output_at`).
 //!
 //! The run writes into a [`Live`] feed and a task sends it. Output is coalesced, stdout and stderr
 //! together, into at most ten updates a second, and each call's updates are bounded in number and
@@ -45,7 +45,7 @@ const STOPPED: &str = "\n[live output stopped: a call sends at most 300 updates 
                        output live; the reply carries the output]\n";
 
 /// Where a call's live output goes: progress notifications (when the client sent a token) and log
-/// messages (when the client set a log level).
+/// messages (when the client asked for level `info` or `debug`).
 #[derive(Clone)]
 pub(super) struct Progress {
     pub(super) peer: Peer<RoleServer>,

@@ -1,22 +1,29 @@
 //! The server: starts the sandbox in the background, and takes each `run_python` call through its
 //! flow (a session if asked for, a worker, live output, the reply), stopping it when the request
 //! is cancelled.
+//!
+//! The tool is a method on rmcp's tool router, which decodes its arguments (a call whose arguments
+//! do not decode gets a tool error that says why, per the 2025-11-25 specification, so that the
+//! model can correct it), lists it and dispatches to it. Its description depends on the flags, so
+//! [`PythonServer::start`] writes it into the router.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, LoggingLevel, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, Tool,
+    CallToolResult, ContentBlock, Implementation, LoggingLevel, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler};
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::Args;
 use super::progress::{Live, Progress};
-use super::tools::{self, MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs, parse_arguments};
+use super::schema;
+use super::tools::{self, MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs};
 use crate::sandbox::{RunOptions, Sandbox};
 use crate::session::registry::{LeaseRun, SessionRequest, Sessions};
 
@@ -40,8 +47,9 @@ struct Inner {
     sandbox: watch::Receiver<Option<Result<Sandbox, String>>>,
     slots: Semaphore,
     sessions: Arc<Sessions>,
-    tools: Vec<Tool>,
-    /// Set by `logging/setLevel`: output then also goes out as log messages.
+    router: ToolRouter<PythonServer>,
+    /// Set by `logging/setLevel` (clients before 2026-07-28; later ones name a level in each
+    /// request's `_meta`, which takes precedence): see [`sends_output_at`].
     log_level: Mutex<Option<LoggingLevel>>,
 }
 
@@ -64,8 +72,13 @@ impl PythonServer {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
         let options = args.sandbox.run_options();
         let session_limits = args.session_limits();
+        let mut router = Self::tool_router();
+        if let Some(route) = router.map.get_mut(RUN_PYTHON) {
+            route.attr.description =
+                Some(tools::description(&options, session_limits, args.sandbox.engine).into());
+        }
         PythonServer(Arc::new(Inner {
-            tools: tools::tools(&options, session_limits, args.sandbox.engine),
+            router,
             options,
             sandbox,
             slots: Semaphore::new(workers),
@@ -93,27 +106,55 @@ impl PythonServer {
             )),
         }
     }
+}
 
+/// The tool. Its annotations, for clients that ask before they call a tool:
+/// - not read-only: a call in a session changes that session, which later calls see;
+/// - not destructive: nothing outside the sandbox is ever changed (no files, no network), and the
+///   only state a call can change or `reset` empty is the caller's own session, scratch memory
+///   that the model itself started and that ends with the server anyway;
+/// - not idempotent: a fresh call is, but the same call twice in a session need not be (`n += 1`);
+/// - closed world: the code reaches nothing outside the sandbox, no network above all.
+#[tool_router]
+impl PythonServer {
+    /// Runs Python code (the description clients see is [`tools::description`]).
+    #[tool(
+        title = "Run Python",
+        annotations(
+            title = "Run Python",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        ),
+        input_schema = schema::input_schema(),
+        output_schema = schema::output_schema()
+    )]
     async fn run_python(
         &self,
-        args: RunPythonArgs,
+        Parameters(args): Parameters<RunPythonArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        if let Err(refusal) = args.check() {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(refusal)]));
+        }
         if args.code.len() > MAX_CODE_BYTES {
             return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                 "The code is {} bytes long; the limit is {MAX_CODE_BYTES} bytes.",
                 args.code.len()
             ))]));
         }
-        let log = *self
-            .0
-            .log_level
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let level = context.meta.log_level().or_else(|| {
+            *self
+                .0
+                .log_level
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        });
         let progress = Progress {
             peer: context.peer.clone(),
             token: context.meta.get_progress_token(),
-            log: log.is_some(),
+            log: sends_output_at(level),
         };
         let ct = &context.ct;
         let sandbox = self.sandbox(&progress).await?;
@@ -185,6 +226,14 @@ fn internal(e: impl std::fmt::Display) -> ErrorData {
     ErrorData::internal_error(format!("{e:#}"), None)
 }
 
+/// Whether output goes out as log messages (at level `info`) for a client that asked for `level`:
+/// only when it asked, and for `info` or `debug`. Logging is deprecated in 2026-07-28: live output
+/// goes out as progress notifications, which need no asking beyond a progress token.
+fn sends_output_at(level: Option<LoggingLevel>) -> bool {
+    matches!(level, Some(LoggingLevel::Debug | LoggingLevel::Info))
+}
+
+#[tool_handler(router = self.0.router)]
 impl ServerHandler for PythonServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_logging().build())
@@ -194,34 +243,6 @@ impl ServerHandler for PythonServer {
                  test or check anything expressible in plain Python with the standard modules it lists; \
                  pass session \"new\" to start a session that keeps state between calls, then the handle its reply returns.",
             )
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.0.tools.clone()))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let reply = match request.name.as_ref() {
-            RUN_PYTHON => {
-                let args = parse_arguments(request.arguments)?;
-                self.run_python(args, context).await?
-            }
-            other => {
-                return Err(ErrorData::invalid_params(
-                    format!("unknown tool '{other}': the only tool is '{RUN_PYTHON}'"),
-                    None,
-                ));
-            }
-        };
-        Ok(reply.into())
     }
 
     async fn set_level(

@@ -3,11 +3,9 @@
 //! reads well to a model).
 
 use base64::prelude::{BASE64_STANDARD, Engine as _};
-use rmcp::ErrorData;
-use rmcp::handler::server::common::{schema_for_output, schema_for_type};
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
+use rmcp::model::{CallToolResult, ContentBlock};
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde::{Deserialize, Serialize};
 
 use crate::engine::EngineKind;
 use crate::outcome::{MAX_IMAGES, Outcome, RunReport, RunResult, left_out_note};
@@ -38,28 +36,20 @@ pub struct RunPythonArgs {
     pub reset: bool,
 }
 
-/// Decodes the arguments of a `run_python` call: anything a client may send is either valid
-/// arguments or an `invalid_params` error for it, never a panic.
-pub fn parse_arguments(arguments: Option<JsonObject>) -> Result<RunPythonArgs, ErrorData> {
-    let args: RunPythonArgs = decode(RUN_PYTHON, arguments)?;
-    if args.reset && args.session.is_none() {
-        return Err(ErrorData::invalid_params(
-            "`reset` needs `session`: the handle of the session to reset",
-            None,
-        ));
+impl RunPythonArgs {
+    /// The one rule the schema does not carry: `reset` needs `session`. Refused in a tool reply,
+    /// as rmcp refuses arguments that do not decode, so that the model reads it and corrects
+    /// the call.
+    pub fn check(&self) -> Result<(), &'static str> {
+        match (self.reset, &self.session) {
+            (true, None) => Err("`reset` needs `session`: the handle of the session to reset"),
+            _ => Ok(()),
+        }
     }
-    // Whether `session` is "new" or a live handle is the sessions' to say, in a tool reply.
-    Ok(args)
 }
 
-/// Decodes the arguments of `tool`.
-fn decode<T: DeserializeOwned>(tool: &str, arguments: Option<JsonObject>) -> Result<T, ErrorData> {
-    serde_json::from_value(serde_json::Value::Object(arguments.unwrap_or_default()))
-        .map_err(|e| ErrorData::invalid_params(format!("invalid arguments for {tool}: {e}"), None))
-}
-
-/// The tool, described for the model with this server's limits and allowlist.
-pub fn tools(options: &RunOptions, sessions: SessionLimits, engine: EngineKind) -> Vec<Tool> {
+/// The tool's description, for the model, with this server's limits and allowlist.
+pub fn description(options: &RunOptions, sessions: SessionLimits, engine: EngineKind) -> String {
     let limits = &options.limits;
     let interpreter = match engine {
         EngineKind::RustPython => {
@@ -76,7 +66,7 @@ pub fn tools(options: &RunOptions, sessions: SessionLimits, engine: EngineKind) 
         ),
     };
     let idle = minutes(sessions.idle.as_secs_f64());
-    let run = format!(
+    format!(
         "Run Python 3 code in a secure sandbox and get back what it printed and the value of its last expression.\n\
          \n\
          - The interpreter is {interpreter}.\n\
@@ -101,10 +91,7 @@ pub fn tools(options: &RunOptions, sessions: SessionLimits, engine: EngineKind) 
         memory = limits.memory_bytes >> 20,
         output = limits.max_output_bytes >> 10,
         shown = RunResult::text_budget(limits.max_output_bytes) >> 10,
-    );
-    let mut run_python = Tool::new(RUN_PYTHON, run, schema_for_type::<RunPythonArgs>());
-    run_python.output_schema = Some(schema_for_output::<CallReport>());
-    vec![run_python]
+    )
 }
 
 /// The structured content of a `run_python` reply.
@@ -227,8 +214,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn args(v: serde_json::Value) -> Result<RunPythonArgs, ErrorData> {
-        parse_arguments(Some(v.as_object().unwrap().clone()))
+    /// Decodes as the tool router does, then checks.
+    fn args(v: serde_json::Value) -> Result<RunPythonArgs, String> {
+        let args: RunPythonArgs =
+            rmcp::handler::server::tool::parse_json_object(v.as_object().unwrap().clone())
+                .map_err(|e| e.message.into_owned())?;
+        args.check()?;
+        Ok(args)
     }
 
     /// The worst a run can hand back: every field huge and full of control characters, a limit
@@ -310,7 +302,7 @@ mod tests {
         );
         assert_eq!(listed["images_left_out"], 2);
         // A reply without figures leaves both fields out, so the schema must not require them.
-        let schema = serde_json::to_value(schema_for_output::<CallReport>()).unwrap();
+        let schema = serde_json::to_value(crate::mcp::schema::output_schema()).unwrap();
         let required = schema["required"].as_array().unwrap();
         assert!(!required.contains(&json!("images")), "{schema}");
         assert!(!required.contains(&json!("images_left_out")), "{schema}");
@@ -328,15 +320,5 @@ mod tests {
         ] {
             assert!(args(bad.clone()).is_err(), "{bad} was accepted");
         }
-    }
-
-    #[test]
-    fn the_schema_gives_the_form_of_a_session_value() {
-        let schema = serde_json::to_value(schema_for_type::<RunPythonArgs>()).unwrap();
-        assert_eq!(
-            schema["properties"]["session"]["pattern"],
-            crate::session::registry::SESSION_PATTERN,
-            "{schema}"
-        );
     }
 }

@@ -22,6 +22,8 @@ mod mcp;
 mod plots;
 mod readme;
 mod scale;
+mod schema;
 mod semantics;
 mod session;
 mod template;
+mod versions;

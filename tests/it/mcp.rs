@@ -80,7 +80,7 @@ async fn tools_list_describes_run_python_with_its_schemas() {
     assert_eq!(input["required"], json!(["code"]));
     assert_eq!(input["properties"]["code"]["type"], "string");
     assert_eq!(
-        input["properties"]["session"]["pattern"], "^(new|s_[0-9a-f]{32})$",
+        input["properties"]["session"]["anyOf"][0]["pattern"], "^(new|s_[0-9a-f]{32})$",
         "{input}"
     );
     assert!(input["properties"]["reset"].is_object(), "{input}");
@@ -210,6 +210,15 @@ async fn output_streams_as_progress_before_the_result() {
     client.cancel().await.unwrap();
 }
 
+/// What went out as log messages with logger `stdout`, joined.
+fn logged_stdout(recorder: &Recorder) -> String {
+    let logs = recorder.logs.lock().unwrap();
+    logs.iter()
+        .filter(|l| l.logger.as_deref() == Some("stdout"))
+        .filter_map(|l| l.data.as_str())
+        .collect()
+}
+
 #[tokio::test]
 async fn output_goes_out_as_log_messages_once_a_level_is_set() {
     let (client, recorder) = connect(&[]).await;
@@ -217,6 +226,16 @@ async fn output_goes_out_as_log_messages_once_a_level_is_set() {
     assert!(
         recorder.logs.lock().unwrap().is_empty(),
         "no log messages before logging/setLevel"
+    );
+    // Output goes out at level info: a client that asked for warnings and worse gets none.
+    client
+        .set_level(SetLevelRequestParams::new(LoggingLevel::Warning))
+        .await
+        .unwrap();
+    client.call_tool(call("print('too low')")).await.unwrap();
+    assert!(
+        recorder.logs.lock().unwrap().is_empty(),
+        "info messages after logging/setLevel warning"
     );
     client
         .set_level(SetLevelRequestParams::new(LoggingLevel::Info))
@@ -226,13 +245,23 @@ async fn output_goes_out_as_log_messages_once_a_level_is_set() {
         .call_tool(call("print('logged')\n1/0"))
         .await
         .unwrap();
-    let logs = recorder.logs.lock().unwrap().clone();
-    let stdout: String = logs
-        .iter()
-        .filter(|l| l.logger.as_deref() == Some("stdout"))
-        .filter_map(|l| l.data.as_str())
-        .collect();
-    assert_eq!(stdout, "logged\n");
+    assert_eq!(logged_stdout(&recorder), "logged\n");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn stdout_and_stderr_are_in_the_structured_content_and_the_text() {
+    let (client, _) = connect(&["--allow", "sys"]).await;
+    let reply = client
+        .call_tool(call(
+            "import sys\nprint('out')\nprint('err', file=sys.stderr)",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(reply.is_error, Some(false), "{reply:?}");
+    assert_eq!(structured(&reply)["stdout"], "out\n");
+    assert_eq!(structured(&reply)["stderr"], "err\n");
+    assert_eq!(text(&reply), "out\n[stderr]\nerr\n");
     client.cancel().await.unwrap();
 }
 
@@ -312,28 +341,50 @@ async fn a_stuck_call_does_not_delay_the_others() {
     stuck.abort();
 }
 
+/// Whether `err` is a JSON-RPC invalid-params error.
+fn is_invalid_params(err: &rmcp::ServiceError) -> bool {
+    let debug = format!("{err:?}");
+    debug.contains("InvalidParams") || debug.contains("-32602")
+}
+
+/// Sends `params`, which must get a tool error (no structured content), and returns its text.
+async fn tool_error(client: &Client, params: CallToolRequestParams) -> String {
+    let reply = client.call_tool(params).await.expect("a tool result");
+    assert_eq!(reply.is_error, Some(true), "{reply:?}");
+    assert!(reply.structured_content.is_none(), "{reply:?}");
+    text(&reply)
+}
+
 #[tokio::test]
 async fn bad_arguments_get_errors_not_crashes() {
     let (client, _) = connect(&[]).await;
-    let bad = [
-        CallToolRequestParams::new("no_such_tool")
-            .with_arguments(json!({"code": "1"}).as_object().unwrap().clone()),
-        CallToolRequestParams::new("run_python"),
-        run_python_with(json!({"code": 5})),
-        run_python_with(json!({"source": "1"})),
-    ];
-    for params in bad {
-        let name = params.name.clone();
-        let err = client
-            .call_tool(params)
-            .await
-            .expect_err("a JSON-RPC error");
-        assert!(
-            format!("{err}").contains("-32602")
-                || format!("{err:?}").contains("InvalidParams")
-                || format!("{err:?}").contains("-32602"),
-            "{name}: {err:?}"
-        );
+    // An unknown tool is the client's mistake: a JSON-RPC error.
+    let err = client
+        .call_tool(
+            CallToolRequestParams::new("no_such_tool")
+                .with_arguments(json!({"code": "1"}).as_object().unwrap().clone()),
+        )
+        .await
+        .expect_err("a JSON-RPC error");
+    assert!(is_invalid_params(&err), "{err:?}");
+    // Arguments that do not decode are the model's to correct: a tool error that names the
+    // problem (the 2025-11-25 specification, and rmcp's tool router).
+    for (params, needle) in [
+        (
+            CallToolRequestParams::new("run_python"),
+            "missing field `code`",
+        ),
+        (
+            run_python_with(json!({"code": 5})),
+            "invalid type: integer `5`",
+        ),
+        (
+            run_python_with(json!({"source": "1"})),
+            "unknown field `source`",
+        ),
+    ] {
+        let said = tool_error(&client, params).await;
+        assert!(said.contains(needle), "{needle}: {said}");
     }
     let huge = client
         .call_tool(call(&"x = 1\n".repeat(2 << 20)))
@@ -617,21 +668,26 @@ async fn a_cancelled_session_call_is_undone() {
 #[tokio::test]
 async fn bad_session_arguments_are_refused() {
     let (client, _) = connect(&[]).await;
-    let bad = [
-        json!({"code": "1", "session": 5}),
-        json!({"code": "1", "session": null, "reset": true}),
-        json!({"code": "1", "reset": true}),
-        json!({"code": "1", "session": "new", "reset": "yes"}),
-    ];
-    for args in bad {
-        let err = client
-            .call_tool(run_python_with(args.clone()))
-            .await
-            .expect_err("a JSON-RPC error");
-        assert!(
-            format!("{err:?}").contains("-32602") || format!("{err:?}").contains("InvalidParams"),
-            "{args}: {err:?}"
-        );
+    for (args, needle) in [
+        (
+            json!({"code": "1", "session": 5}),
+            "invalid type: integer `5`",
+        ),
+        (
+            json!({"code": "1", "session": null, "reset": true}),
+            "`reset` needs `session`",
+        ),
+        (
+            json!({"code": "1", "reset": true}),
+            "`reset` needs `session`",
+        ),
+        (
+            json!({"code": "1", "session": "new", "reset": "yes"}),
+            "invalid type: string \"yes\"",
+        ),
+    ] {
+        let said = tool_error(&client, run_python_with(args.clone())).await;
+        assert!(said.contains(needle), "{args}: {said}");
     }
     // A string that is neither "new" nor a handle is a tool error that says what to do.
     for value in ["", "a\u{0}b", &"x".repeat(5000)] {
@@ -643,10 +699,7 @@ async fn bad_session_arguments_are_refused() {
         .call_tool(CallToolRequestParams::new("list_sessions"))
         .await
         .expect_err("there is no list_sessions");
-    assert!(
-        format!("{err:?}").contains("InvalidParams") || format!("{err:?}").contains("-32602"),
-        "{err:?}"
-    );
+    assert!(is_invalid_params(&err), "{err:?}");
     client.cancel().await.unwrap();
 }
 
