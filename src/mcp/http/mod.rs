@@ -23,26 +23,26 @@
 //! more than that the process is up.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
+use hyper::header::{CONTENT_LENGTH, HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::{TaskTracker, task_tracker::TaskTrackerToken};
 
+mod access;
+
+pub use self::access::{Access, HttpError, HttpFlags};
 use super::PythonServer;
 use super::tools::MAX_CODE_BYTES;
 
@@ -70,144 +70,6 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// After SIGTERM or Ctrl-C, how long the calls in flight may run on before they are stopped.
 pub const DRAIN: Duration = Duration::from_secs(10);
-
-/// Shortest token accepted: a guessable token is no guard.
-pub const MIN_TOKEN_BYTES: usize = 16;
-
-/// The HTTP transport's flags.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct HttpFlags {
-    /// Serve MCP over streamable HTTP at http://ADDR:PORT/mcp instead of stdio (port 0: any free
-    /// port; the address is printed on stderr). Anything but a loopback address needs --token.
-    #[arg(long, value_name = "ADDR:PORT", env = "SAFE_PYTHON_HTTP")]
-    pub http: Option<SocketAddr>,
-
-    /// With --http: the bearer token every MCP request must carry (`Authorization: Bearer TOKEN`),
-    /// at least 16 bytes, e.g. from `openssl rand -hex 32`.
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "SAFE_PYTHON_TOKEN",
-        hide_env_values = true,
-        requires = "http"
-    )]
-    pub token: Option<String>,
-
-    /// With --http: also accept requests whose Host header is HOST[:PORT] (repeatable), such as the
-    /// name clients or a reverse proxy use. Without a port, any port.
-    #[arg(
-        long,
-        value_name = "HOST",
-        env = "SAFE_PYTHON_ALLOW_HOSTS",
-        value_delimiter = ',',
-        requires = "http"
-    )]
-    pub allow_host: Vec<String>,
-
-    /// With --http: also accept requests from web pages of this origin (repeatable), such as
-    /// https://app.example.com. Requests without an Origin header (not from a browser) are not
-    /// affected.
-    #[arg(
-        long,
-        value_name = "ORIGIN",
-        env = "SAFE_PYTHON_ALLOW_ORIGINS",
-        value_delimiter = ',',
-        requires = "http"
-    )]
-    pub allow_origin: Vec<String>,
-}
-
-/// Why the HTTP server does not start.
-#[derive(Debug, thiserror::Error)]
-pub enum HttpError {
-    #[error(
-        "--http {0} is not a loopback address: serving beyond this machine needs a bearer token \
-         (--token or SAFE_PYTHON_TOKEN, e.g. from `openssl rand -hex 32`)"
-    )]
-    TokenRequired(SocketAddr),
-    #[error("the token is {0} bytes long: use at least {MIN_TOKEN_BYTES}")]
-    TokenTooShort(usize),
-    #[error(
-        "--http {0} listens on every address, so no Host header names it: name the hosts clients \
-         use with --allow-host (e.g. --allow-host mcp.example.com)"
-    )]
-    HostsRequired(SocketAddr),
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-}
-
-/// Who may reach the service: checked flags, before anything is bound.
-#[derive(Debug)]
-pub struct Access {
-    addr: SocketAddr,
-    /// SHA-256 of the token: comparing digests takes the same time whatever the token's length.
-    token: Option<[u8; 32]>,
-    hosts: Vec<String>,
-    origins: Vec<String>,
-}
-
-impl Access {
-    pub fn new(flags: &HttpFlags, addr: SocketAddr) -> Result<Self, HttpError> {
-        let ip = addr.ip();
-        match &flags.token {
-            None if !ip.is_loopback() => return Err(HttpError::TokenRequired(addr)),
-            Some(token) if token.len() < MIN_TOKEN_BYTES => {
-                return Err(HttpError::TokenTooShort(token.len()));
-            }
-            _ => {}
-        }
-        if ip.is_unspecified() && flags.allow_host.is_empty() {
-            return Err(HttpError::HostsRequired(addr));
-        }
-        Ok(Access {
-            addr,
-            token: flags.token.as_ref().map(|t| Sha256::digest(t).into()),
-            hosts: flags.allow_host.clone(),
-            origins: flags.allow_origin.clone(),
-        })
-    }
-
-    /// The `Host` values accepted once the listener is at `bound` (whose port 0 is now a port).
-    fn hosts(&self, bound: SocketAddr) -> Vec<String> {
-        let mut hosts = self.hosts.clone();
-        if !bound.ip().is_unspecified() {
-            hosts.push(bound.to_string());
-        }
-        if bound.ip().is_loopback() {
-            hosts.push(format!("localhost:{}", bound.port()));
-        }
-        hosts
-    }
-
-    /// The browser origins accepted: the bound address's own, and those added.
-    fn origins(&self, bound: SocketAddr) -> Vec<String> {
-        let mut origins = self.origins.clone();
-        if !bound.ip().is_unspecified() {
-            origins.push(format!("http://{bound}"));
-        }
-        if bound.ip().is_loopback() {
-            origins.push(format!("http://localhost:{}", bound.port()));
-        }
-        origins
-    }
-
-    /// Whether `headers` carry the token (always, when there is none).
-    fn authorized(&self, headers: &HeaderMap) -> bool {
-        let Some(expected) = &self.token else {
-            return true;
-        };
-        let presented = headers
-            .get(AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map_or("", |(_, token)| token.trim());
-        Sha256::digest(presented).ct_eq(expected).into()
-    }
-}
 
 type Reply = Response<BoxBody<Bytes, Infallible>>;
 
@@ -240,6 +102,16 @@ impl Front {
                 .headers_mut()
                 .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             return reply;
+        }
+        // Refused before a byte of it is read; a body without a length is cut at the same size
+        // by rmcp as it streams in.
+        let declared = request.headers().get(CONTENT_LENGTH);
+        let declared = declared.and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+            return plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Payload Too Large: the body is over 4 MiB\n",
+            );
         }
         let Ok(permit) = self.requests.clone().try_acquire_owned() else {
             let mut reply = plain(
