@@ -24,8 +24,7 @@ pub struct HttpFlags {
         long,
         value_name = "TOKEN",
         env = "SAFE_PYTHON_TOKEN",
-        hide_env_values = true,
-        requires = "http"
+        hide_env_values = true
     )]
     pub token: Option<String>,
 
@@ -35,8 +34,7 @@ pub struct HttpFlags {
         long,
         value_name = "HOST",
         env = "SAFE_PYTHON_ALLOW_HOSTS",
-        value_delimiter = ',',
-        requires = "http"
+        value_delimiter = ','
     )]
     pub allow_host: Vec<String>,
 
@@ -47,8 +45,7 @@ pub struct HttpFlags {
         long,
         value_name = "ORIGIN",
         env = "SAFE_PYTHON_ALLOW_ORIGINS",
-        value_delimiter = ',',
-        requires = "http"
+        value_delimiter = ','
     )]
     pub allow_origin: Vec<String>,
 }
@@ -178,6 +175,14 @@ mod tests {
         let bound = "0.0.0.0:8123".parse().unwrap();
         assert_eq!(access.hosts(bound), ["mcp.example"]);
         assert!(access.origins(bound).is_empty());
+    }
+
+    /// A token in the environment of a stdio server (shared with an HTTP one) is no error.
+    #[test]
+    fn http_flags_without_http_are_ignored() {
+        use clap::Parser;
+        let args = crate::mcp::Args::try_parse_from(["safe-python-mcp", "--token", "t"]).unwrap();
+        assert_eq!(args.http.http, None);
     }
 
     #[test]
