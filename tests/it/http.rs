@@ -304,6 +304,20 @@ async fn an_oversized_body_is_refused() {
     assert_eq!(status, 413, "{response}");
 }
 
+/// A connection that sends nothing is closed once a request's head is overdue.
+#[tokio::test]
+async fn an_idle_connection_is_closed() {
+    let server = loopback(&[]);
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let limit = safe_python_executor::mcp::http::HEADER_TIMEOUT + Duration::from_secs(5);
+    let mut byte = [0];
+    let read = tokio::time::timeout(limit, stream.read(&mut byte)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "still open after {limit:?}: {read:?}"
+    );
+}
+
 /// SIGTERM lets a call in flight finish (and new connections are refused meanwhile), then the
 /// server exits 0.
 #[cfg(unix)]
