@@ -290,6 +290,23 @@ async fn the_token_is_required_and_checked() {
     assert_eq!(structured(&reply)["result"], "2", "{reply:?}");
 }
 
+/// Transport sessions of older clients are bounded: the `initialize` past the bound gets 503,
+/// while 2026-07-28 clients, which open none, are still served.
+#[tokio::test]
+async fn transport_sessions_are_bounded() {
+    let server = loopback(&[]);
+    let host = server.addr.to_string();
+    for _ in 0..safe_python_executor::mcp::http::MAX_TRANSPORT_SESSIONS {
+        let (status, response) = server.initialize(&host, "").await;
+        assert_eq!(status, 200, "{response}");
+    }
+    let (status, response) = server.initialize(&host, "").await;
+    assert_eq!(status, 503, "{response}");
+    let client = server.client(modern(), None).await;
+    let reply = client.call_tool(run_python("1 + 1", None)).await.unwrap();
+    assert_eq!(structured(&reply)["result"], "2", "{reply:?}");
+}
+
 /// A body past the limit is refused from its declared length, before it is read.
 #[tokio::test]
 async fn an_oversized_body_is_refused() {

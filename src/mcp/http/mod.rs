@@ -14,8 +14,8 @@
 //! - A bearer token (`--token`), compared in constant time, guards every MCP request when it is
 //!   set, and must be set to listen on anything but loopback: the sandbox runs whatever code it is
 //!   sent, so an open port on a network would lend the machine's CPU and memory to anyone.
-//! - Request bodies, connections, requests in flight and the time a request's head may take are
-//!   bounded (the constants below); past them a request is refused, never queued without end.
+//! - Request bodies, connections, requests in flight, transport sessions and the time a request's
+//!   head may take are bounded (the constants below); past them a request is refused, never queued without end.
 //! - SIGTERM or Ctrl-C stops accepting, lets the calls in flight finish for up to [`DRAIN`], then
 //!   ends what is left and returns.
 //!
@@ -64,6 +64,10 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// past `--workers` already wait for a worker without holding memory, this bounds the waiting.
 pub const MAX_REQUESTS: usize = 128;
 
+/// Transport sessions of pre-2026-07-28 clients open at once (each a task and its queues); an
+/// `initialize` beyond this gets 503 until one closes (its client's DELETE, or 5 minutes idle).
+pub const MAX_TRANSPORT_SESSIONS: usize = 256;
+
 /// Time a request's head may take to arrive, and so the longest a connection is kept idle between
 /// requests: a client that opens connections and sends nothing cannot hold them.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -77,6 +81,7 @@ type Reply = Response<BoxBody<Bytes, Infallible>>;
 struct Front {
     access: Access,
     mcp: StreamableHttpService<PythonServer, LocalSessionManager>,
+    transport_sessions: Arc<LocalSessionManager>,
     requests: Arc<Semaphore>,
     calls: TaskTracker,
 }
@@ -114,15 +119,13 @@ impl Front {
             );
         }
         let Ok(permit) = self.requests.clone().try_acquire_owned() else {
-            let mut reply = plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Service Unavailable: too many requests in flight\n",
-            );
-            reply
-                .headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-            return reply;
+            return busy("Service Unavailable: too many requests in flight\n");
         };
+        if opens_a_session(request.headers(), request.method())
+            && self.transport_sessions.sessions.read().await.len() >= MAX_TRANSPORT_SESSIONS
+        {
+            return busy("Service Unavailable: too many MCP sessions open\n");
+        }
         // A POST is a call (or a message) whose reply SIGTERM waits for; a GET is a stream that
         // only ever waits for server messages, which SIGTERM ends.
         let call = (request.method() == Method::POST).then(|| self.calls.token());
@@ -165,6 +168,25 @@ impl Body for Held {
     }
 }
 
+/// Whether the request may start a transport session: a POST outside any session (an
+/// `initialize`) by a client that does not speak 2026-07-28, which has none.
+fn opens_a_session(headers: &hyper::HeaderMap, method: &Method) -> bool {
+    let modern = headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|version| version >= "2026-07-28");
+    method == Method::POST && !modern && !headers.contains_key("mcp-session-id")
+}
+
+/// 503, to be retried in a second.
+fn busy(text: &'static str) -> Reply {
+    let mut reply = plain(StatusCode::SERVICE_UNAVAILABLE, text);
+    reply
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    reply
+}
+
 fn plain(status: StatusCode, text: &'static str) -> Reply {
     let mut reply = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed());
     *reply.status_mut() = status;
@@ -185,13 +207,15 @@ pub async fn serve(server: PythonServer, access: Access) -> Result<(), HttpError
         .enforce_origin_validation()
         .with_max_request_body_bytes(MAX_BODY_BYTES)
         .with_cancellation_token(stop.clone());
+    let transport_sessions = Arc::new(LocalSessionManager::default());
     let front = Arc::new(Front {
         access,
         mcp: StreamableHttpService::new(
             move || Ok(server.clone()),
-            LocalSessionManager::default().into(),
+            transport_sessions.clone(),
             config,
         ),
+        transport_sessions,
         requests: Arc::new(Semaphore::new(MAX_REQUESTS)),
         calls: TaskTracker::new(),
     });
