@@ -1,6 +1,7 @@
-//! `safe-python-mcp`: an MCP server over stdio with one tool, `run_python`.
+//! `safe-python-mcp`: an MCP server over stdio, or streamable HTTP with `--http` ([`http`]), with
+//! one tool, `run_python`.
 //!
-//! stdout carries the protocol and nothing else: user code's output only ever reaches the client
+//! On stdio, stdout carries the protocol and nothing else: user code's output only ever reaches the client
 //! inside protocol messages, and logs go to stderr. The guest is compiled or loaded in the
 //! background, so `initialize` and `tools/list` are answered at once even on a first start; calls
 //! wait for it. Calls run in a bounded pool; each is stopped by its limits or by
@@ -19,6 +20,7 @@
 #![allow(deprecated)]
 
 mod check;
+pub mod http;
 mod progress;
 mod schema;
 mod server;
@@ -37,15 +39,15 @@ pub use self::tools::{MAX_CODE_BYTES, REPLY_OVERHEAD_BYTES, RUN_PYTHON, RunPytho
 use crate::flags::{SandboxFlags, parse_seconds};
 use crate::session::registry::SessionLimits;
 
-/// Run Python code for an AI assistant in a WebAssembly sandbox, over MCP (stdio).
+/// Run Python code for an AI assistant in a WebAssembly sandbox, over MCP (stdio or HTTP).
 #[derive(Debug, Parser)]
 #[command(
     name = "safe-python-mcp",
     version,
     about,
     after_help = "\
-The server speaks MCP over stdin/stdout and logs to stderr (set SAFE_PYTHON_LOG=debug for more).
-Every flag can also be set through the environment variable shown with it.
+The server speaks MCP over stdin/stdout, or with --http over streamable HTTP at /mcp (and answers
+probes at /healthz), and logs to stderr (set SAFE_PYTHON_LOG=debug for more). Every flag can also be set through the environment variable shown with it.
 
 Sessions: a call with session \"new\" starts one, and its reply carries the session's handle
 (128 random bits, as s_ and 32 hex digits); only calls with that handle reach it. Names such as
@@ -54,6 +56,9 @@ Sessions: a call with session \"new\" starts one, and its reply carries the sess
 pub struct Args {
     #[command(flatten)]
     pub sandbox: SandboxFlags,
+
+    #[command(flatten)]
+    pub http: http::HttpFlags,
 
     /// Prepare the compiled sandbox, run a short self-test, print what was checked and exit
     /// (status 0 when it passed): for installers, and to warm the cache before first use.
@@ -97,6 +102,19 @@ pub fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info".into()),
         )
         .init();
+    // Checked before anything starts: a server that may not listen where it was asked says so at once.
+    let access = match args
+        .http
+        .http
+        .map(|addr| http::Access::new(&args.http, addr))
+        .transpose()
+    {
+        Ok(access) => access,
+        Err(e) => {
+            eprintln!("safe-python-mcp: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -116,7 +134,12 @@ pub fn main() -> ExitCode {
             }
         };
     }
-    let served = runtime.block_on(serve(PythonServer::start(&args)));
+    let served = match access {
+        None => runtime.block_on(serve(PythonServer::start(&args))),
+        Some(access) => runtime
+            .block_on(http::serve(PythonServer::start(&args), access))
+            .map_err(Into::into),
+    };
     // After a signal, a blocking read of stdin is still pending in tokio's blocking pool, and
     // dropping the runtime would wait for it: leave it, the process is exiting.
     runtime.shutdown_background();
