@@ -253,6 +253,7 @@ mod tests {
             },
             images: Vec::new(),
             images_left_out: 0,
+            files: Vec::new(),
         };
         result.bound(max_output);
         let session = SessionReport {
@@ -290,6 +291,7 @@ mod tests {
                 data: png.clone(),
             }],
             images_left_out: 2,
+            files: Vec::new(),
         };
         let reply = serde_json::to_value(run_reply(&result, None)).unwrap();
         let content = reply["content"].as_array().unwrap();

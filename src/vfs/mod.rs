@@ -17,12 +17,14 @@
 //! the host allocates nothing sized by the guest beyond capped arrays ([`memory`]). Error
 //! numbers are the witx's, as wasi-libc reads them.
 //!
-//! A later writable, size-bounded folder fits in as another [`tree::Node`] variant: the calls
-//! that refuse writes are in one place each (`path_calls`, `fd_calls`).
+//! A writable, bounded folder ([`Folder`], the guest's `/out`) can be mounted beside the trees:
+//! its directories and files are descriptors of their own kinds, whose calls `folder_calls` answers.
 
 mod abi;
 mod fd_calls;
 mod fds;
+mod folder;
+mod folder_calls;
 mod linker;
 mod memory;
 mod path;
@@ -32,5 +34,6 @@ mod tests;
 mod tree;
 
 pub(crate) use fds::Files;
+pub(crate) use folder::{Folder, FolderLimits};
 pub(crate) use linker::add_to_linker;
 pub(crate) use tree::{Dir, TreeBuilder};
