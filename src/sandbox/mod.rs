@@ -11,6 +11,7 @@ mod door;
 pub mod files;
 mod host;
 mod instance;
+mod mount;
 pub(crate) mod pagemap;
 pub(crate) mod snapshot;
 mod template;

@@ -22,27 +22,6 @@ pub(crate) fn fd_advise(files: &Files, fd: u32, advice: u32) -> Result<(), Errno
     }
 }
 
-/// Files of the read-only trees cannot grow; the folder's files need no room set aside.
-pub(crate) fn fd_allocate(files: &Files, fd: u32) -> Result<(), Errno> {
-    match files.get(fd)? {
-        Entry::FolderFile { write: true, .. } => Err(Errno::Notsup),
-        _ => Err(Errno::Badf),
-    }
-}
-
-/// Only a folder's file open for writing can change its size.
-pub(crate) fn fd_filestat_set_size(files: &mut Files, fd: u32, size: u64) -> Result<(), Errno> {
-    match files.get(fd)? {
-        Entry::FolderFile {
-            ino, write: true, ..
-        } => {
-            let (ino, size) = (*ino, usize::try_from(size).map_err(|_| Errno::Fbig)?);
-            files.folder_mut()?.resize(ino, size)
-        }
-        _ => Err(Errno::Badf),
-    }
-}
-
 pub(crate) fn fd_close(files: &mut Files, fd: u32) -> Result<(), Errno> {
     files.close(fd)
 }

@@ -43,7 +43,7 @@ pub(crate) enum Node {
 /// A writable folder.
 #[derive(Debug, Clone)]
 pub(crate) struct Folder {
-    nodes: HashMap<u64, Node>,
+    pub(super) nodes: HashMap<u64, Node>,
     next: u64,
     limits: FolderLimits,
     /// The bytes its files hold, shared with the store's memory limiter, which counts them with
@@ -109,7 +109,7 @@ impl Folder {
         })
     }
 
-    fn entries(&self, ino: u64) -> Result<&BTreeMap<Box<str>, u64>, Errno> {
+    pub(super) fn entries(&self, ino: u64) -> Result<&BTreeMap<Box<str>, u64>, Errno> {
         match self.node(ino)? {
             Node::Dir { entries, .. } => Ok(entries),
             Node::File(_) => Err(Errno::Notdir),
@@ -311,23 +311,6 @@ impl Folder {
         Ok(())
     }
 
-    /// The `index`th entry of a directory's listing: `.`, `..`, then its entries by name.
-    pub(crate) fn listing(
-        &self,
-        dir: u64,
-        index: usize,
-    ) -> Result<Option<(String, u64, u8)>, Errno> {
-        let entries = self.entries(dir)?;
-        Ok(match index {
-            0 => Some((".".into(), dir, filetype::DIRECTORY)),
-            1 => Some(("..".into(), dir, filetype::DIRECTORY)),
-            _ => match entries.iter().nth(index - 2) {
-                Some((name, &ino)) => Some((name.to_string(), ino, self.stat(ino)?.0)),
-                None => None,
-            },
-        })
-    }
-
     /// A file's bytes.
     pub(crate) fn data(&self, ino: u64) -> Result<&[u8], Errno> {
         match self.node(ino)? {
@@ -384,26 +367,5 @@ impl Folder {
         data[at..end].copy_from_slice(bytes);
         self.bytes.fetch_add(len - old, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// Every file, as its path from the folder and its bytes, in path order.
-    pub(crate) fn files(&self) -> Vec<(String, Arc<Vec<u8>>)> {
-        let mut out = Vec::new();
-        self.collect(Self::ROOT, String::new(), &mut out);
-        out
-    }
-
-    fn collect(&self, dir: u64, prefix: String, out: &mut Vec<(String, Arc<Vec<u8>>)>) {
-        let Ok(entries) = self.entries(dir) else {
-            return;
-        };
-        for (name, ino) in entries {
-            let path = format!("{prefix}{name}");
-            match self.nodes.get(ino) {
-                Some(Node::File(data)) => out.push((path, data.clone())),
-                Some(Node::Dir { .. }) => self.collect(*ino, format!("{path}/"), out),
-                None => {}
-            }
-        }
     }
 }

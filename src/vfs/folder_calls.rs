@@ -1,8 +1,11 @@
 //! The writable folder's side of the preview 1 calls ([`super::folder`]): what `fd_calls` and
 //! `path_calls` hand over when a descriptor or a path's directory is in the folder.
 
-use super::abi::{self, Errno, fdflags};
+use std::sync::Arc;
+
+use super::abi::{self, Errno, fdflags, filetype};
 use super::fds::{Base, Entry, Files};
+use super::folder::{Folder, Node};
 use super::memory;
 
 /// The `filestat` of a folder node.
@@ -123,4 +126,65 @@ pub(crate) fn path_stat(files: &Files, base: u64, path: &str) -> Result<[u8; 64]
 pub(crate) fn exists(files: &Files, base: u64, path: &str) -> Result<(), Errno> {
     let folder = files.folder().ok_or(Errno::Badf)?;
     folder.resolve(base, path).map(drop)
+}
+
+impl Folder {
+    /// The `index`th entry of a directory's listing: `.`, `..`, then its entries by name.
+    pub(crate) fn listing(
+        &self,
+        dir: u64,
+        index: usize,
+    ) -> Result<Option<(String, u64, u8)>, Errno> {
+        let entries = self.entries(dir)?;
+        Ok(match index {
+            0 => Some((".".into(), dir, filetype::DIRECTORY)),
+            1 => Some(("..".into(), dir, filetype::DIRECTORY)),
+            _ => match entries.iter().nth(index - 2) {
+                Some((name, &ino)) => Some((name.to_string(), ino, self.stat(ino)?.0)),
+                None => None,
+            },
+        })
+    }
+
+    /// Every file, as its path from the folder and its bytes, in path order.
+    pub(crate) fn files(&self) -> Vec<(String, Arc<Vec<u8>>)> {
+        let mut out = Vec::new();
+        self.collect(Self::ROOT, String::new(), &mut out);
+        out
+    }
+
+    fn collect(&self, dir: u64, prefix: String, out: &mut Vec<(String, Arc<Vec<u8>>)>) {
+        let Ok(entries) = self.entries(dir) else {
+            return;
+        };
+        for (name, ino) in entries {
+            let path = format!("{prefix}{name}");
+            match self.nodes.get(ino) {
+                Some(Node::File(data)) => out.push((path, data.clone())),
+                Some(Node::Dir { .. }) => self.collect(*ino, format!("{path}/"), out),
+                None => {}
+            }
+        }
+    }
+}
+
+/// Files of the read-only trees cannot grow; the folder's files need no room set aside.
+pub(crate) fn fd_allocate(files: &Files, fd: u32) -> Result<(), Errno> {
+    match files.get(fd)? {
+        Entry::FolderFile { write: true, .. } => Err(Errno::Notsup),
+        _ => Err(Errno::Badf),
+    }
+}
+
+/// Only a folder's file open for writing can change its size.
+pub(crate) fn fd_filestat_set_size(files: &mut Files, fd: u32, size: u64) -> Result<(), Errno> {
+    match files.get(fd)? {
+        Entry::FolderFile {
+            ino, write: true, ..
+        } => {
+            let (ino, size) = (*ino, usize::try_from(size).map_err(|_| Errno::Fbig)?);
+            files.folder_mut()?.resize(ino, size)
+        }
+        _ => Err(Errno::Badf),
+    }
 }

@@ -9,6 +9,7 @@ use wasmtime::{Caller, Extern, Linker};
 use super::abi::Errno;
 use super::fd_calls::{self as fd, WriteError};
 use super::fds::Files;
+use super::folder_calls as folder;
 use super::path_calls::{self as path, Open, TwoPaths};
 
 const MODULE: &str = "wasi_snapshot_preview1";
@@ -70,7 +71,7 @@ pub(crate) fn add_to_linker<T: 'static>(
     define!(linker, get, fd_advise(fd: u32, _offset: u64, _len: u64, advice: u32),
         |_, files| fd::fd_advise(files, fd, advice));
     define!(linker, get, fd_allocate(fd: u32, _offset: u64, _len: u64),
-        |_, files| fd::fd_allocate(files, fd));
+        |_, files| folder::fd_allocate(files, fd));
     define!(linker, get, fd_close(fd: u32), |_, files| fd::fd_close(files, fd));
     define!(linker, get, fd_datasync(fd: u32), |_, files| fd::fd_sync(files, fd));
     define!(linker, get, fd_fdstat_get(fd: u32, out: u32),
@@ -82,7 +83,7 @@ pub(crate) fn add_to_linker<T: 'static>(
     define!(linker, get, fd_filestat_get(fd: u32, out: u32),
         |mem, files| fd::fd_filestat_get(mem, files, fd, out));
     define!(linker, get, fd_filestat_set_size(fd: u32, size: u64),
-        |_, files| fd::fd_filestat_set_size(files, fd, size));
+        |_, files| folder::fd_filestat_set_size(files, fd, size));
     define!(linker, get, fd_filestat_set_times(fd: u32, _atim: u64, _mtim: u64, flags: u32),
         |_, files| fd::fd_filestat_set_times(files, fd, flags));
     define!(linker, get, fd_pread(fd: u32, iovs: u32, iovs_len: u32, offset: u64, out: u32),
