@@ -322,3 +322,162 @@ fn files_stay_with_a_session_and_are_rolled_back_with_it() {
         });
     }
 }
+
+#[test]
+fn pandas_summarises_the_csv_and_a_chart_comes_back_as_a_png_on_cpython() {
+    let code = r#"
+import pandas as pd
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+sales = pd.read_csv("/data/sales.csv")
+sales["revenue"] = sales.units * sales.price
+summary = sales.groupby("region")["revenue"].sum().sort_values(ascending=False)
+summary.to_csv("/out/revenue.csv")
+summary.plot.bar()
+plt.savefig("/out/revenue.png")
+plt.close("all")
+summary.to_dict()
+"#;
+    let r = completed(
+        Engine::CPython,
+        code,
+        &options(
+            &[("sales.csv", SALES.as_bytes())],
+            &["pandas", "matplotlib"],
+        ),
+    );
+    assert_eq!(
+        r.result(),
+        Some("{'North': 690.0, 'East': 360.0, 'South': 280.0}")
+    );
+    let listed: Vec<_> = r
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.media_type.as_str()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("/out/revenue.csv", "text/csv"),
+            ("/out/revenue.png", "image/png")
+        ]
+    );
+    assert!(r.files[1].data.starts_with(b"\x89PNG\r\n\x1a\n"));
+    assert_eq!(
+        String::from_utf8_lossy(&r.files[0].data),
+        "region,revenue\nNorth,690.0\nEast,360.0\nSouth,280.0\n"
+    );
+}
+
+mod cli {
+    use std::process::Output;
+
+    use crate::common::spawn;
+
+    fn sandbox_run(args: &[&str], stdin: Option<&str>) -> Output {
+        spawn::output(spawn::sandbox_run(args), stdin)
+    }
+
+    fn text(bytes: &[u8]) -> String {
+        String::from_utf8_lossy(bytes).into_owned()
+    }
+
+    #[test]
+    fn file_puts_host_files_in_data_and_out_writes_what_the_code_wrote() {
+        let dir = crate::common::temp_dir("files-cli");
+        let input = dir.path().join("sales.csv");
+        std::fs::write(&input, super::SALES).unwrap();
+        let out = dir.path().join("out");
+        let code = "import csv, pathlib\nrows = list(csv.DictReader(open('/data/raw/sales.csv')))\npathlib.Path('/out/sub').mkdir()\nopen('/out/sub/n.txt', 'w').write(str(len(rows)))\nlen(rows)";
+        let file = format!("raw/sales.csv={}", input.display());
+        let o = sandbox_run(
+            &[
+                "--file",
+                &file,
+                "--out",
+                out.to_str().unwrap(),
+                "--allow",
+                "csv,pathlib",
+                "-c",
+                code,
+            ],
+            None,
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_eq!(text(&o.stdout), "4\n");
+        assert!(text(&o.stderr).contains("wrote"), "{}", text(&o.stderr));
+        assert_eq!(std::fs::read_to_string(out.join("sub/n.txt")).unwrap(), "4");
+    }
+
+    #[test]
+    fn out_refuses_symlinks_in_the_host_directory() {
+        let dir = crate::common::temp_dir("files-cli-link");
+        let out = dir.path().join("out");
+        let target = dir.path().join("elsewhere");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::create_dir_all(&target).unwrap();
+        std::os::unix::fs::symlink(&target, out.join("sub")).unwrap();
+        std::os::unix::fs::symlink(target.join("f.txt"), out.join("f.txt")).unwrap();
+        for code in [
+            "import pathlib; pathlib.Path('/out/sub').mkdir(); open('/out/sub/x.txt', 'w').write('x')",
+            "open('/out/f.txt', 'w').write('x')",
+        ] {
+            let o = sandbox_run(
+                &[
+                    "--out",
+                    out.to_str().unwrap(),
+                    "--allow",
+                    "pathlib",
+                    "-c",
+                    code,
+                ],
+                None,
+            );
+            assert_ne!(o.status.code(), Some(0), "{code}");
+            assert!(
+                text(&o.stderr).contains("cannot write"),
+                "{}",
+                text(&o.stderr)
+            );
+            assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0, "{code}");
+        }
+    }
+
+    #[test]
+    fn bad_file_arguments_are_usage_errors() {
+        let dir = crate::common::temp_dir("files-cli-bad");
+        let input = dir.path().join("x.csv");
+        std::fs::write(&input, "1").unwrap();
+        for (arg, says) in [
+            ("x.csv".to_owned(), "NAME=PATH"),
+            (format!("/abs={}", input.display()), "absolute"),
+            (
+                format!("../up={}", input.display()),
+                "not a plain relative path",
+            ),
+            ("y.csv=/no/such/file".to_owned(), "cannot read"),
+        ] {
+            let o = sandbox_run(&["--file", &arg, "-c", "1"], None);
+            assert_eq!(o.status.code(), Some(2), "{arg}");
+            assert!(text(&o.stderr).contains(says), "{arg}: {}", text(&o.stderr));
+        }
+    }
+
+    #[test]
+    fn the_repl_keeps_the_files_for_the_whole_session() {
+        let dir = crate::common::temp_dir("files-cli-repl");
+        let input = dir.path().join("a.txt");
+        std::fs::write(&input, "hello").unwrap();
+        let out = dir.path().join("out");
+        let file = format!("a.txt={}", input.display());
+        let entries = "open('/out/b.txt', 'w').write(open('/data/a.txt').read().upper())\nopen('/out/b.txt').read()\n";
+        let o = sandbox_run(
+            &["--repl", "--file", &file, "--out", out.to_str().unwrap()],
+            Some(entries),
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_eq!(text(&o.stdout), "5\n'HELLO'\n");
+        assert_eq!(std::fs::read_to_string(out.join("b.txt")).unwrap(), "HELLO");
+    }
+}
