@@ -63,8 +63,15 @@ pub enum SandboxError {
     NoCacheDir,
     #[error("this guest module cannot be given files: its libc's preopen scan was not found")]
     NoFileSystem,
+    /// Boxed: it names the path, and this error is returned everywhere.
     #[error(transparent)]
-    Files(#[from] files::FilesError),
+    Files(Box<files::FilesError>),
+}
+
+impl From<files::FilesError> for SandboxError {
+    fn from(e: files::FilesError) -> SandboxError {
+        SandboxError::Files(Box::new(e))
+    }
 }
 
 /// Called before the guest is compiled (it takes tens of seconds), with the cache entry's path.

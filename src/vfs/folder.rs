@@ -186,7 +186,10 @@ impl Folder {
 
     /// Checks that `name` may be added to `dir`.
     fn check_new(&self, dir: u64, name: &str) -> Result<(), Errno> {
-        if name.len() > MAX_NAME || name.contains('\0') {
+        if name.contains('\0') {
+            return Err(Errno::Inval);
+        }
+        if name.len() > MAX_NAME {
             return Err(Errno::Nametoolong);
         }
         if self.nodes.len() > self.limits.max_entries {

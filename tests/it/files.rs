@@ -179,10 +179,23 @@ for attempt in (
 results
 "#;
     for engine in Engine::BOTH {
-        let r = completed(engine, code, &options(&[("x.csv", b"1")], &["os"]));
+        let options = options(&[("x.csv", b"1")], &["os"]);
+        let r = completed(engine, code, &options);
         let result = r.result().unwrap();
         assert!(!result.contains("'ok'"), "{engine:?}: {result}");
         assert!(r.files.is_empty(), "{engine:?}: {:?}", r.files);
+        // The same in a session, twice: the second call on the state the first left.
+        runtime().block_on(async {
+            let mut session = Session::new(engine.sandbox()).await.unwrap();
+            for _ in 0..2 {
+                let r = session.run(code, &options).await.unwrap();
+                let result = r.result.result().unwrap_or_default().to_owned();
+                assert!(
+                    result.starts_with('[') && !result.contains("'ok'"),
+                    "{engine:?}: {r:#?}"
+                );
+            }
+        });
     }
 }
 
