@@ -1,8 +1,10 @@
 //! Loading and linking the guest, and the [`Sandbox`] API: a fresh run is one call on a new
 //! [`Instance`]; a session ([`crate::session`]) makes many calls on one.
 //!
-//! The guest gets WASI preview 1 with nothing behind it: no preopened directories, no environment,
-//! no arguments, stdin at EOF, stdout and stderr captured by [`crate::output`]. The host functions
+//! The guest gets WASI preview 1 with nothing of the host's behind it: no host directory, no
+//! environment, no arguments, stdin at EOF, stdout and stderr captured by [`crate::output`]. Its
+//! files and stdio are `crate::vfs`'s, in memory: the CPython engine's standard library, and a
+//! call's own files when it brings some ([`files`]). The host functions
 //! of `safe-python-protocol` ([`host`]) are the only other way out, and each bounds what it reads.
 //! How a call ended is [`crate::outcome`]'s to say, from the trap and the host's records.
 

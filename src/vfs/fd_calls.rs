@@ -2,8 +2,9 @@
 //! the descriptor table. Arguments arrive as the unsigned form of the wasm values; results are
 //! written to the guest only after every check passed, so a failed call changes nothing.
 //!
-//! No descriptor here is open for writing: writing through one is `EBADF` (POSIX's answer for a
-//! descriptor not open for writing), changing its times `EROFS`; stdio cannot seek (`ESPIPE`).
+//! No file of the read-only trees is open for writing: writing through one is `EBADF` (POSIX's
+//! answer for a descriptor not open for writing), changing its times `EROFS`; stdio cannot seek
+//! (`ESPIPE`). Files of the writable folder are written through [`super::folder_calls`].
 
 use super::abi::{self, Errno, fdflags, filetype, rights, whence};
 use super::fds::{Entry, Files};

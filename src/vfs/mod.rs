@@ -1,13 +1,15 @@
-//! An in-memory, read-only file system for WASI preview 1 guests: how the host serves files
-//! (CPython's standard library zip, matplotlib's data) without preopening any host directory,
-//! which is all wasmtime-wasi's preview 1 can preopen.
+//! An in-memory file system for WASI preview 1 guests: how the host serves files (CPython's
+//! standard library zip, matplotlib's data, a call's input files) and takes the files the code
+//! writes, without preopening any host directory, which is all wasmtime-wasi's preview 1 can
+//! preopen.
 //!
 //! The API:
 //! - [`TreeBuilder`] makes a tree of directories and files ([`Dir`], shared behind `Arc`; a
 //!   file's contents are `bytes::Bytes`, so they are never copied per instance).
 //! - [`Files::new`] is one store's descriptor table: stdio (stdout and stderr written to an
 //!   [`OutputSink`](crate::output::OutputSink), whose limit traps as wasmtime-wasi's streams do)
-//!   and the preopened directories, each a guest path and a tree.
+//!   and the preopened directories, each a guest path and a tree; [`Files::mount`] adds the
+//!   writable [`Folder`].
 //! - [`add_to_linker`] shadows every preview 1 call that takes a descriptor or a path with one
 //!   over the store's [`Files`]; the other calls (clocks, random, `poll_oneoff`, sockets, args,
 //!   environment) stay wasmtime-wasi's.
