@@ -98,6 +98,7 @@ impl SandboxFlags {
             limits: self.limits(),
             policy: Arc::new(self.policy()),
             observer: None,
+            files: None,
         }
     }
 

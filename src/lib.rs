@@ -9,8 +9,9 @@
 //! (the captured streams) → [`session`] (an instance kept across calls, with rollback).
 //! [`cpython`] installs and finds the second engine's artifacts (CPython from PyPI) in the cache
 //! directory.
-//! `vfs` is an in-memory, read-only file system for WASI guests, which a guest that must read
-//! files (CPython's standard library) gets instead of any host directory.
+//! `vfs` is an in-memory file system for WASI guests, which a guest that must read files
+//! (CPython's standard library, a call's input files) or write them (`/out`) gets instead of any
+//! host directory.
 //!
 //! The front ends sit behind default cargo features: `sandbox-run` (`cli`) and `safe-python-mcp`
 //! (`mcp`), sharing `flags`. Without them the crate is the library alone.
@@ -35,9 +36,10 @@ pub(crate) mod vfs;
 
 pub use cache::Prepared;
 pub use limits::Limits;
-pub use outcome::{Image, Limit, Outcome, PythonError, RunResult, Stats};
+pub use outcome::{Image, Limit, Outcome, OutputFile, PythonError, RunResult, Stats};
 pub use output::{OutputObserver, Stream};
 pub use policy::ImportPolicy;
+pub use sandbox::files::{DATA_DIR, FileLimits, FilesError, InputFiles, OUT_DIR};
 pub use sandbox::{
     PreloadFailure, RunOptions, Sandbox, SandboxError, SandboxOptions, TemplateInfo,
     template_preloads,

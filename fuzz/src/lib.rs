@@ -537,6 +537,7 @@ pub fn hostile_guest(data: &[u8]) -> RunResult {
         },
         policy: Arc::new(ImportPolicy::default()),
         observer: None,
+        files: None,
     };
     let started = Instant::now();
     let result = runtime()

@@ -4,6 +4,7 @@
 //! The flags ([`SandboxFlags`]) map one to one onto the limits and import policy; the exit code says how the run
 //! ended, so scripts can tell a Python error from a limit without parsing output.
 
+mod files;
 mod first_run;
 mod plots;
 mod print;
@@ -19,6 +20,7 @@ use clap::Parser;
 
 use crate::flags::SandboxFlags;
 use crate::outcome::{Outcome, RunResult};
+use crate::sandbox::files::InputFiles;
 use crate::sandbox::{RunOptions, Sandbox};
 use first_run::FirstRunNotice;
 use plots::Plots;
@@ -90,6 +92,19 @@ pub struct Args {
     /// were.
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
+
+    /// Put the host file PATH into the sandbox as /data/NAME, read-only (repeatable; NAME may
+    /// have folders: `raw/sales.csv`). The code never sees PATH. At most 256 files, 32 MiB each
+    /// and 64 MiB in all. With it (or --out), the code can also write files under /out, in
+    /// memory.
+    #[arg(long = "file", value_name = "NAME=PATH", value_parser = files::parse_file_arg)]
+    pub inputs: Vec<(String, PathBuf)>,
+
+    /// Write the files the code wrote under /out into DIR (created if missing), at the same
+    /// relative paths, replacing files of those names; a symbolic link or anything but a folder
+    /// or a regular file on the way is refused. Without it, stderr lists them.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 impl Args {
@@ -132,11 +147,22 @@ pub fn main() -> ExitCode {
                 .unwrap_or_else(|_| "warn".into()),
         )
         .init();
+    let inputs = match files::read_inputs(&args.inputs, args.out.is_some()) {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            eprintln!("sandbox-run: {e:#}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let status = if args.repl {
-        repl::run(&args.sandbox, Plots::new(args.plots.clone()))
+        let output = Output {
+            plots: Plots::new(args.plots.clone()),
+            out: args.out.clone(),
+        };
+        repl::run(&args.sandbox, output, inputs)
     } else {
         match args.read_code() {
-            Ok(code) => run(&args, &code),
+            Ok(code) => run(&args, &code, inputs),
             Err(e) => {
                 eprintln!("sandbox-run: {e:#}");
                 return ExitCode::from(EXIT_USAGE);
@@ -161,10 +187,11 @@ fn open_sandbox(flags: &SandboxFlags, preload: bool) -> anyhow::Result<Sandbox> 
     Ok(sandbox?)
 }
 
-fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
+fn run(args: &Args, code: &str, inputs: Option<InputFiles>) -> anyhow::Result<u8> {
     let sandbox = open_sandbox(&args.sandbox, false)?;
     let options = RunOptions {
         observer: (!args.json).then(terminal_observer),
+        files: inputs,
         ..args.sandbox.run_options()
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -177,8 +204,38 @@ fn run(args: &Args, code: &str) -> anyhow::Result<u8> {
     } else {
         print_plain(&result);
     }
-    Plots::new(args.plots.clone()).take(&result)?;
+    let mut output = Output {
+        plots: Plots::new(args.plots.clone()),
+        out: args.out.clone(),
+    };
+    output.take(&result)?;
     Ok(exit_status(&result))
+}
+
+/// Where the figures and the written files of a run go.
+pub(super) struct Output {
+    plots: Plots,
+    out: Option<PathBuf>,
+}
+
+impl Output {
+    /// Writes `result`'s figures and files, or says on stderr how to get them.
+    pub(super) fn take(&mut self, result: &RunResult) -> anyhow::Result<()> {
+        self.plots.take(result)?;
+        match &self.out {
+            Some(dir) => files::write_out(dir, result),
+            None => {
+                for file in &result.files {
+                    eprintln!(
+                        "sandbox-run: the code wrote {} ({} bytes); add --out DIR to keep it",
+                        file.path,
+                        file.data.len()
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 pub fn exit_status(result: &RunResult) -> u8 {

@@ -17,19 +17,25 @@ use rustyline::error::ReadlineError;
 use rustyline::{Config, DefaultEditor};
 use tokio::sync::mpsc;
 
-use super::plots::Plots;
+use super::Output;
 use super::print::{print_plain, terminal_observer};
 use super::{EXIT_OK, open_sandbox};
 use crate::flags::SandboxFlags;
 use crate::sandbox::RunOptions;
+use crate::sandbox::files::InputFiles;
 use crate::session::registry::{SessionLimits, SessionRequest, Sessions};
 
 /// Lines the line editor remembers for the up arrow.
 const HISTORY_LINES: usize = 1000;
 
-pub(super) fn run(flags: &SandboxFlags, mut plots: Plots) -> anyhow::Result<u8> {
+/// `inputs`: the files the first entry brings into the session (`/data` and `/out`).
+pub(super) fn run(
+    flags: &SandboxFlags,
+    mut output: Output,
+    mut inputs: Option<InputFiles>,
+) -> anyhow::Result<u8> {
     let sandbox = open_sandbox(flags, true)?;
-    let options = RunOptions {
+    let mut options = RunOptions {
         observer: Some(terminal_observer()),
         ..flags.run_options()
     };
@@ -77,14 +83,19 @@ pub(super) fn run(flags: &SandboxFlags, mut plots: Plots) -> anyhow::Result<u8> 
                     std::future::pending::<()>().await;
                 }
             };
+            // Until an entry is kept, each one brings the files (an undone one takes them away).
+            options.files = inputs.clone();
             let Some(ran) = lease.run(&code, &options, interrupted).await? else {
                 // The next entry waits for the undoing to finish.
                 eprintln!("\nKeyboardInterrupt: the entry was stopped and undone");
                 continue;
             };
+            if !ran.session.rolled_back {
+                inputs = None;
+            }
             print_plain(&ran.result);
-            // A figure that cannot be written is reported, and the session goes on.
-            if let Err(e) = plots.take(&ran.result) {
+            // A figure or file that cannot be written is reported, and the session goes on.
+            if let Err(e) = output.take(&ran.result) {
                 eprintln!("sandbox-run: {e:#}");
             }
             if ran.session.rolled_back {

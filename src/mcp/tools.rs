@@ -245,6 +245,7 @@ mod tests {
             },
             images: Vec::new(),
             images_left_out: 0,
+            files: Vec::new(),
         };
         result.bound(max_output);
         let session = SessionReport {
@@ -282,6 +283,7 @@ mod tests {
                 data: png.clone(),
             }],
             images_left_out: 2,
+            files: Vec::new(),
         };
         let reply = serde_json::to_value(run_reply(&result, None)).unwrap();
         let content = reply["content"].as_array().unwrap();

@@ -241,6 +241,7 @@ mod tests {
             stats: Stats::default(),
             images: Vec::new(),
             images_left_out: 0,
+            files: Vec::new(),
         }
     }
 
@@ -280,6 +281,7 @@ mod tests {
             stats: Stats::default(),
             images: Vec::new(),
             images_left_out: 0,
+            files: Vec::new(),
         };
         let before = result.clone();
         result.bound(100);

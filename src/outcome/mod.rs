@@ -6,6 +6,7 @@ use serde::{Serialize, Serializer};
 
 pub use bound::{cut_to, json_len, json_len_char, prefix_within};
 pub use classify::decode_report;
+pub use files::{OutputFile, OutputFileInfo, media_type};
 pub(crate) use image::ImageCollector;
 pub use image::{
     Image, ImageInfo, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE, MAX_IMAGES, MAX_IMAGES_BYTES, left_out_note,
@@ -14,6 +15,7 @@ pub use safe_python_protocol::PythonError;
 
 mod bound;
 pub mod classify;
+mod files;
 mod image;
 
 /// The limit that stopped a run.
@@ -96,6 +98,8 @@ pub struct RunResult {
     pub images: Vec<Image>,
     /// How many figures were left out for being over those bounds or not a PNG.
     pub images_left_out: usize,
+    /// The files the code wrote under `/out`, in path order (calls given files only).
+    pub files: Vec<OutputFile>,
 }
 
 impl RunResult {
@@ -149,6 +153,9 @@ pub struct RunReport {
     /// How many figures were left out for being over the bounds on images; left out when none.
     #[serde(skip_serializing_if = "is_zero")]
     pub images_left_out: usize,
+    /// The files the code wrote under `/out`, without their bytes; left out when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<OutputFileInfo>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -174,6 +181,7 @@ impl RunResult {
             stats: self.stats,
             images: self.images.iter().map(Image::info).collect(),
             images_left_out: self.images_left_out,
+            files: self.files.iter().map(OutputFile::info).collect(),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! memory, and the ABI check that refuses a guest built for another protocol version.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use safe_python_protocol as protocol;
@@ -19,8 +20,12 @@ use crate::vfs::Files;
 
 pub(crate) struct HostState {
     pub(super) wasi: WasiP1Ctx,
-    /// The CPython engine's in-memory files and stdio ([`crate::vfs`]).
+    /// The guest's in-memory files and stdio ([`crate::vfs`]).
     pub(super) files: Files,
+    /// Set when folders were mounted that the guest has not scanned for yet.
+    pub(super) rescan: bool,
+    /// Bytes of the input files, which count against the memory limit.
+    pub(super) input_bytes: usize,
     /// Where the guest's stdout and stderr go; [`WasiP1Ctx`] holds its streams.
     pub(super) sink: OutputSink,
     pub(super) limiter: MemoryLimiter,
@@ -42,8 +47,8 @@ pub(crate) struct HostState {
 impl HostState {
     pub(super) fn new(guest: &Guest) -> HostState {
         let sink = OutputSink::default();
-        // The CPython engine's file calls, stdio included, are served from memory; the
-        // RustPython guest's go to WASI with nothing behind it.
+        // The file calls, stdio included, are served from memory; only the CPython engine has
+        // folders of its own (its standard library).
         let preopens = match guest {
             Guest::CPython(stdlib) => &stdlib.preopens[..],
             Guest::RustPython => &[],
@@ -56,6 +61,8 @@ impl HostState {
         HostState {
             wasi,
             files,
+            rescan: false,
+            input_bytes: 0,
             sink,
             limiter: MemoryLimiter::default(),
             request: Vec::new(),
@@ -131,6 +138,8 @@ pub(super) struct MemoryLimiter {
     pub(super) max: usize,
     pub(super) peak: usize,
     pub(super) denied: bool,
+    /// Bytes of the files the code wrote, which count with linear memory.
+    pub(super) files: Arc<AtomicUsize>,
 }
 
 impl ResourceLimiter for MemoryLimiter {
@@ -140,7 +149,7 @@ impl ResourceLimiter for MemoryLimiter {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.max {
+        if desired.saturating_add(self.files.load(Ordering::Relaxed)) > self.max {
             self.denied = true;
             return Ok(false);
         }

@@ -18,7 +18,7 @@ use crate::policy::ImportPolicy;
 /// An instance of the guest in a store of its own. A fresh run uses one for one call; a session
 /// keeps one for many. It is instantiated by its first call, within that call's time limit.
 pub(crate) struct Instance {
-    store: Store<HostState>,
+    pub(super) store: Store<HostState>,
     exports: Option<Exports>,
 }
 
@@ -96,6 +96,7 @@ impl Instance {
             Some(exports) => exports.clone(),
             None => self.instantiate(sandbox).await?,
         };
+        self.rescan(sandbox, exports.memory)?;
         match exports.entry {
             Entry::Run(run) => run.call_async(&mut self.store, ()).await,
             Entry::Turn {
@@ -317,10 +318,19 @@ impl Instance {
         state.protocol_fault = None;
         state.images = ImageCollector::default();
         state.deadline = Instant::now() + limits.timeout;
+        let max = limits.memory_bytes.saturating_sub(state.input_bytes);
+        let written = match state.files.folder_mut() {
+            Ok(folder) => {
+                folder.set_memory_limit(max);
+                folder.bytes_counter()
+            }
+            Err(_) => Default::default(),
+        };
         state.limiter = MemoryLimiter {
-            max: limits.memory_bytes,
+            max,
             peak: size,
             denied: false,
+            files: written,
         };
         state
             .sink
@@ -362,6 +372,7 @@ impl Instance {
             },
             images,
             images_left_out,
+            files: Vec::new(),
         };
         // The report and the output came from the guest: cut them to size here, whatever it sent.
         result.bound(limits.max_output_bytes);

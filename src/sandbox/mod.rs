@@ -1,21 +1,25 @@
 //! Loading and linking the guest, and the [`Sandbox`] API: a fresh run is one call on a new
 //! [`Instance`]; a session ([`crate::session`]) makes many calls on one.
 //!
-//! The guest gets WASI preview 1 with nothing behind it: no preopened directories, no environment,
-//! no arguments, stdin at EOF, stdout and stderr captured by [`crate::output`]. The host functions
+//! The guest gets WASI preview 1 with nothing of the host's behind it: no host directory, no
+//! environment, no arguments, stdin at EOF, stdout and stderr captured by [`crate::output`]. Its
+//! files and stdio are `crate::vfs`'s, in memory: the CPython engine's standard library, and a
+//! call's own files when it brings some ([`files`]). The host functions
 //! of `safe-python-protocol` ([`host`]) are the only other way out, and each bounds what it reads.
 //! How a call ended is [`crate::outcome`]'s to say, from the trap and the host's records.
 
 mod cow;
 mod door;
+pub mod files;
 mod host;
 mod instance;
+mod mount;
 pub(crate) mod pagemap;
 pub(crate) mod snapshot;
 mod template;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::OnceCell;
 use wasmtime::{Engine, InstancePre, Linker, Module};
@@ -29,6 +33,7 @@ use crate::outcome::RunResult;
 use crate::output::OutputObserver;
 use crate::policy::ImportPolicy;
 use crate::{embedded, engine};
+use files::InputFiles;
 use host::HostState;
 pub(crate) use instance::Instance;
 use template::Template;
@@ -58,6 +63,17 @@ pub enum SandboxError {
         cache::CACHE_DIR_ENV
     )]
     NoCacheDir,
+    #[error("this guest module cannot be given files: its libc's preopen scan was not found")]
+    NoFileSystem,
+    /// Boxed: it names the path, and this error is returned everywhere.
+    #[error(transparent)]
+    Files(Box<files::FilesError>),
+}
+
+impl From<files::FilesError> for SandboxError {
+    fn from(e: files::FilesError) -> SandboxError {
+        SandboxError::Files(Box::new(e))
+    }
 }
 
 /// Called before the guest is compiled (it takes tens of seconds), with the cache entry's path.
@@ -82,6 +98,10 @@ pub struct RunOptions {
     pub limits: Limits,
     pub policy: Arc<ImportPolicy>,
     pub observer: Option<OutputObserver>,
+    /// Files for the code: `None` gives it no file system at all (and costs nothing); `Some`
+    /// serves these read-only under `/data` and lets the code write under `/out`, whose files
+    /// come back in [`RunResult::files`]. In a session, they are added to the session's.
+    pub files: Option<InputFiles>,
 }
 
 /// Which guest a sandbox runs, and what only that guest needs.
@@ -110,6 +130,10 @@ pub struct Sandbox {
     /// installing the driver and importing the data stack again. Made by [`Sandbox::template`]
     /// or the first fresh call; holds no user state.
     template: Arc<OnceCell<Arc<Template>>>,
+    /// Where the module's bytes are, to find its preopen-scan flag when files are first given.
+    module_file: Option<Arc<PathBuf>>,
+    /// That flag's address ([`files::scan_flag`]), found once.
+    scan_flag: Arc<OnceLock<Option<u32>>>,
 }
 
 impl Sandbox {
@@ -144,6 +168,7 @@ impl Sandbox {
         let sandbox = Self::link(engine, metering, module, prepared, Guest::CPython(stdlib))?;
         Ok(Sandbox {
             preload: preload.into(),
+            module_file: Some(Arc::new(snapshot)),
             ..sandbox
         })
     }
@@ -173,13 +198,18 @@ impl Sandbox {
             engine::new(EngineKind::RustPython, Metering::Fuel).map_err(SandboxError::Engine)?;
         let module =
             Module::new(&engine, wasm).map_err(|e| SandboxError::Cache(CacheError::Compile(e)))?;
-        Self::link(
+        let sandbox = Self::link(
             engine,
             Metering::Fuel,
             module,
             Prepared::CompiledUncached,
             Guest::RustPython,
-        )
+        )?;
+        // Its libc is unknown: it gets no files.
+        Ok(Sandbox {
+            scan_flag: Arc::new(OnceLock::from(None)),
+            ..sandbox
+        })
     }
 
     fn link(
@@ -194,6 +224,9 @@ impl Sandbox {
             .map_err(SandboxError::Link)?;
         linker.allow_shadowing(true);
         host::add_wasi_overrides_to_linker(&mut linker).map_err(SandboxError::Link)?;
+        // Both guests' files and stdio are served from memory ([`crate::vfs`]).
+        crate::vfs::add_to_linker(&mut linker, |s: &mut HostState| &mut s.files)
+            .map_err(SandboxError::Link)?;
         match guest {
             Guest::RustPython => {
                 host::check_abi(&module)?;
@@ -202,8 +235,6 @@ impl Sandbox {
             }
             Guest::CPython(_) => {
                 door::check_abi(&module)?;
-                crate::vfs::add_to_linker(&mut linker, |s: &mut HostState| &mut s.files)
-                    .map_err(SandboxError::Link)?;
                 linker.allow_shadowing(false);
                 door::add_to_linker(&mut linker).map_err(SandboxError::Link)?;
             }
@@ -220,7 +251,24 @@ impl Sandbox {
             pristine: Arc::default(),
             preload: Arc::new([]),
             template: Arc::default(),
+            module_file: None,
+            scan_flag: Arc::default(),
         })
+    }
+
+    /// Where the guest's libc records that it has scanned the preopens: read from the module
+    /// the first time files are given (the embedded guest's bytes, or the CPython module's file).
+    pub(crate) fn scan_flag(&self) -> Result<u32, SandboxError> {
+        let flag = self
+            .scan_flag
+            .get_or_init(|| match (&self.guest, &self.module_file) {
+                (Guest::RustPython, _) => files::scan_flag(embedded::WASM),
+                (Guest::CPython(_), Some(path)) => std::fs::read(path.as_path())
+                    .ok()
+                    .and_then(|wasm| files::scan_flag(&wasm)),
+                (Guest::CPython(_), None) => None,
+            });
+        flag.ok_or(SandboxError::NoFileSystem)
     }
 
     /// The instance sessions compare their memory with (see [`crate::session`]).
@@ -261,10 +309,17 @@ impl Sandbox {
     /// Dropping the returned future cancels the run at the guest's next epoch tick at the latest.
     pub async fn run(&self, code: &str, options: &RunOptions) -> Result<RunResult, SandboxError> {
         let mut instance = self.fresh().await?;
-        Ok(instance
+        if let Some(files) = &options.files {
+            let folder = files::new_folder(files);
+            instance.mount_files(self, files, folder, true)?;
+            instance.install_open(self, &options.limits).await?;
+        }
+        let mut result = instance
             .call(self, code, FRESH_FILENAME, options)
             .await?
-            .result)
+            .result;
+        result.files = instance.output_files();
+        Ok(result)
     }
 }
 

@@ -6,6 +6,11 @@
 //! [`Snapshot`]: the pages that differ from those of a fresh instance. A call that hits a limit,
 //! traps or is cancelled leaves the instance unusable or half-changed; the session then makes a new
 //! instance and writes the snapshot into it, which is exactly the state from before that call.
+//!
+//! Files are the one state outside linear memory: the input files under `/data` and the folder
+//! the code writes, `/out`, both held by the host. The session keeps them beside its snapshot
+//! (the folder's bytes shared until written), restores them with it, and they count against the
+//! memory limit of each call (see [`crate::sandbox::files`]).
 //! [`registry`] keeps many sessions behind private handles, within bounds, for the MCP server and
 //! the REPL.
 //!
@@ -22,9 +27,11 @@ mod handle;
 pub mod registry;
 
 use crate::outcome::RunResult;
+use crate::sandbox::files::{self, InputFiles};
 use crate::sandbox::pagemap::{self, PAGE};
 use crate::sandbox::snapshot::Snapshot;
 use crate::sandbox::{Instance, RunOptions, Sandbox, SandboxError};
+use crate::vfs::Folder;
 
 /// A run of code in a session: how it went, and what became of the session.
 #[derive(Debug)]
@@ -50,6 +57,10 @@ pub struct Session {
     calls: u64,
     /// The memory cap of the latest call, for the instance a restore makes.
     memory_bytes: usize,
+    /// The input files, once a call gave some (the file system is on from then on).
+    inputs: Option<InputFiles>,
+    /// The input files and `/out` as they were when the snapshot was taken.
+    saved_files: Option<(InputFiles, Folder)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +85,8 @@ impl Session {
             state: State::Saved,
             calls: 0,
             memory_bytes: 0,
+            inputs: None,
+            saved_files: None,
         })
     }
 
@@ -90,6 +103,10 @@ impl Session {
         self.memory_bytes = options.limits.memory_bytes;
         self.recover().await?;
         self.save();
+        // After the save: a call that is undone takes the files it brought with it.
+        if let Some(files) = &options.files {
+            self.add_files(files, options).await?;
+        }
         self.calls += 1;
         let filename = format!("<call {}>", self.calls);
         self.state = State::Interrupted;
@@ -103,11 +120,39 @@ impl Session {
         } else {
             self.state = State::Unsaved;
         }
+        let mut result = call.result;
+        result.files = self.instance.output_files();
         Ok(SessionRun {
-            result: call.result,
+            result,
             call: self.calls,
             rolled_back,
         })
+    }
+
+    /// Adds `files` to the session's input files; the first time, mounts them and `/out`, and
+    /// gives the code a working `open`.
+    async fn add_files(
+        &mut self,
+        files: &InputFiles,
+        options: &RunOptions,
+    ) -> Result<(), SandboxError> {
+        if let Some(inputs) = &mut self.inputs {
+            let mut merged = inputs.clone();
+            merged.merge(files)?;
+            self.instance.replace_inputs(&merged)?;
+            *inputs = merged;
+            return Ok(());
+        }
+        let folder = files::new_folder(files);
+        self.instance
+            .mount_files(&self.sandbox, files, folder, true)?;
+        self.inputs = Some(files.clone());
+        self.state = State::Interrupted;
+        self.instance
+            .install_open(&self.sandbox, &options.limits)
+            .await?;
+        self.state = State::Unsaved;
+        Ok(())
     }
 
     /// Restores the session if a call was left unfinished; otherwise does nothing.
@@ -127,6 +172,7 @@ impl Session {
             return;
         }
         let started = Instant::now();
+        self.saved_files = self.inputs.clone().zip(self.instance.folder());
         let pristine = self.pristine.lock().unwrap_or_else(PoisonError::into_inner);
         let (Some(live), Some(base)) = (self.instance.memory(), pristine.memory()) else {
             // Never instantiated: a fresh instance is the state to go back to.
@@ -175,6 +221,13 @@ impl Session {
                 return Err(SandboxError::Setup(e));
             }
         };
+        self.inputs = None;
+        if let Some((inputs, folder)) = &self.saved_files {
+            // The restored memory has scanned for these folders already.
+            self.instance
+                .mount_files(&self.sandbox, inputs, folder.detached(), false)?;
+            self.inputs = Some(inputs.clone());
+        }
         self.state = State::Saved;
         tracing::debug!(
             micros = started.elapsed().as_micros() as u64,

@@ -8,16 +8,21 @@ pub(crate) enum Errno {
     Badf = 8,
     Exist = 20,
     Fault = 21,
+    Fbig = 22,
     Ilseq = 25,
     Inval = 28,
     Isdir = 31,
     Mfile = 33,
     Nametoolong = 37,
     Noent = 44,
+    Nospc = 51,
     Notdir = 54,
+    Notempty = 55,
     Notsup = 58,
+    Perm = 63,
     Rofs = 69,
     Spipe = 70,
+    Xdev = 75,
     Notcapable = 76,
 }
 
@@ -105,6 +110,7 @@ pub(crate) fn flags(value: u32, all: u16) -> Result<u16, Errno> {
 
 /// `fdflags`.
 pub(crate) mod fdflags {
+    pub(crate) const APPEND: u16 = 1 << 0;
     pub(crate) const DSYNC: u16 = 1 << 1;
     pub(crate) const RSYNC: u16 = 1 << 3;
     pub(crate) const SYNC: u16 = 1 << 4;

@@ -2,11 +2,13 @@
 //! the descriptor table. Arguments arrive as the unsigned form of the wasm values; results are
 //! written to the guest only after every check passed, so a failed call changes nothing.
 //!
-//! No descriptor here is open for writing: writing through one is `EBADF` (POSIX's answer for a
-//! descriptor not open for writing), changing its times `EROFS`; stdio cannot seek (`ESPIPE`).
+//! No file of the read-only trees is open for writing: writing through one is `EBADF` (POSIX's
+//! answer for a descriptor not open for writing), changing its times `EROFS`; stdio cannot seek
+//! (`ESPIPE`). Files of the writable folder are written through [`super::folder_calls`].
 
 use super::abi::{self, Errno, fdflags, filetype, rights, whence};
 use super::fds::{Entry, Files};
+use super::folder_calls as folder;
 use super::memory;
 use super::tree::Node;
 use crate::output::OutputLimitReached;
@@ -16,15 +18,9 @@ pub(crate) fn fd_advise(files: &Files, fd: u32, advice: u32) -> Result<(), Errno
         return Err(Errno::Inval);
     }
     match files.get(fd)? {
-        Entry::File { .. } => Ok(()),
+        Entry::File { .. } | Entry::FolderFile { .. } => Ok(()),
         _ => Err(Errno::Badf),
     }
-}
-
-/// `fd_allocate` and `fd_filestat_set_size`: both would write.
-pub(crate) fn fd_resize(files: &Files, fd: u32) -> Result<(), Errno> {
-    files.get(fd)?;
-    Err(Errno::Badf)
 }
 
 pub(crate) fn fd_close(files: &mut Files, fd: u32) -> Result<(), Errno> {
@@ -34,7 +30,7 @@ pub(crate) fn fd_close(files: &mut Files, fd: u32) -> Result<(), Errno> {
 /// `fd_sync` and `fd_datasync`: nothing is ever pending.
 pub(crate) fn fd_sync(files: &Files, fd: u32) -> Result<(), Errno> {
     match files.get(fd)? {
-        Entry::File { .. } => Ok(()),
+        Entry::File { .. } | Entry::FolderFile { .. } => Ok(()),
         _ => Err(Errno::Badf),
     }
 }
@@ -50,6 +46,11 @@ pub(crate) fn fd_fdstat_get(mem: &mut [u8], files: &Files, fd: u32, out: u32) ->
         Entry::File { flags, .. } => {
             abi::fdstat(filetype::REGULAR_FILE, *flags, rights::FILE, rights::FILE)
         }
+        Entry::FolderDir { .. } => abi::fdstat(filetype::DIRECTORY, 0, rights::DIR, rights::ALL),
+        Entry::FolderFile { flags, write, .. } => {
+            let rights = rights::FILE | if *write { rights::WRITE } else { 0 };
+            abi::fdstat(filetype::REGULAR_FILE, *flags, rights, rights)
+        }
     };
     memory::write(mem, out, &stat)
 }
@@ -58,7 +59,7 @@ pub(crate) fn fd_fdstat_get(mem: &mut [u8], files: &Files, fd: u32, out: u32) ->
 pub(crate) fn fd_fdstat_set_flags(files: &mut Files, fd: u32, flags: u32) -> Result<(), Errno> {
     let new = abi::flags(flags, fdflags::ALL)?;
     match files.get_mut(fd)? {
-        Entry::File { flags, .. } => {
+        Entry::File { flags, .. } | Entry::FolderFile { flags, .. } => {
             if new & (fdflags::DSYNC | fdflags::RSYNC | fdflags::SYNC) != 0 {
                 return Err(Errno::Inval);
             }
@@ -82,15 +83,6 @@ pub(crate) fn fd_fdstat_set_rights(
     Err(Errno::Notsup)
 }
 
-/// The node an open file or directory refers to.
-fn node(entry: &Entry) -> Option<Node> {
-    match entry {
-        Entry::Dir { dir, .. } => Some(Node::Dir(dir.clone())),
-        Entry::File { file, .. } => Some(Node::File(file.clone())),
-        Entry::Stdin | Entry::Output(_) => None,
-    }
-}
-
 /// Stdio reports zeros and an `unknown` type, as wasmtime does for a stream that is no terminal.
 pub(crate) fn fd_filestat_get(
     mem: &mut [u8],
@@ -98,17 +90,25 @@ pub(crate) fn fd_filestat_get(
     fd: u32,
     out: u32,
 ) -> Result<(), Errno> {
-    let stat = match node(files.get(fd)?) {
-        Some(node) => abi::filestat(node.ino(), node.filetype(), node.size()),
-        None => [0; 64],
+    let stat = match files.get(fd)? {
+        Entry::Dir { dir, .. } => stat_of(&Node::Dir(dir.clone())),
+        Entry::File { file, .. } => stat_of(&Node::File(file.clone())),
+        Entry::FolderDir { ino, .. } | Entry::FolderFile { ino, .. } => folder::stat(files, *ino)?,
+        Entry::Stdin | Entry::Output(_) => [0; 64],
     };
     memory::write(mem, out, &stat)
+}
+
+fn stat_of(node: &Node) -> [u8; 64] {
+    abi::filestat(node.ino(), node.filetype(), node.size())
 }
 
 pub(crate) fn fd_filestat_set_times(files: &Files, fd: u32, flags: u32) -> Result<(), Errno> {
     abi::flags(flags, abi::FSTFLAGS_ALL)?;
     match files.get(fd)? {
         Entry::Dir { .. } | Entry::File { .. } => Err(Errno::Rofs),
+        // Every node of the folder keeps the one fixed time.
+        Entry::FolderDir { .. } | Entry::FolderFile { .. } => Ok(()),
         Entry::Stdin | Entry::Output(_) => Err(Errno::Badf),
     }
 }
@@ -154,6 +154,16 @@ pub(crate) fn fd_read(
             *offset += u64::from(read);
             read
         }
+        Entry::FolderDir { .. } => return Err(Errno::Isdir),
+        Entry::FolderFile { read: false, .. } => return Err(Errno::Badf),
+        Entry::FolderFile { ino, offset, .. } => {
+            let (ino, at) = (*ino, *offset);
+            let read = read_at(mem, folder::data(files, ino)?, at, &iovs)?;
+            if let Entry::FolderFile { offset, .. } = files.get_mut(fd)? {
+                *offset += u64::from(read);
+            }
+            read
+        }
     };
     memory::write_u32(mem, out, read)
 }
@@ -174,6 +184,9 @@ pub(crate) fn fd_pread(
         Entry::Stdin | Entry::Output(_) => return Err(Errno::Spipe),
         Entry::Dir { .. } => return Err(Errno::Isdir),
         Entry::File { file, .. } => read_at(mem, file.data(), offset, &iovs)?,
+        Entry::FolderDir { .. } => return Err(Errno::Isdir),
+        Entry::FolderFile { read: false, .. } => return Err(Errno::Badf),
+        Entry::FolderFile { ino, .. } => read_at(mem, folder::data(files, *ino)?, offset, &iovs)?,
     };
     memory::write_u32(mem, out, read)
 }
@@ -195,7 +208,7 @@ impl From<Errno> for WriteError {
 /// the run as the output limit.
 pub(crate) fn fd_write(
     mem: &mut [u8],
-    files: &Files,
+    files: &mut Files,
     fd: u32,
     iovs: u32,
     iovs_len: u32,
@@ -204,6 +217,10 @@ pub(crate) fn fd_write(
     let entry = files.get(fd)?;
     let iovs = memory::iovecs(mem, iovs, iovs_len)?;
     memory::check_out::<4>(mem, out)?;
+    if let Entry::FolderFile { .. } = entry {
+        let written = folder::write(mem, files, fd, &iovs, None)?;
+        return Ok(memory::write_u32(mem, out, written)?);
+    }
     let Entry::Output(stream) = entry else {
         return Err(Errno::Badf.into());
     };
@@ -219,10 +236,24 @@ pub(crate) fn fd_write(
     Ok(memory::write_u32(mem, out, written)?)
 }
 
-pub(crate) fn fd_pwrite(files: &Files, fd: u32) -> Result<(), Errno> {
+pub(crate) fn fd_pwrite(
+    mem: &mut [u8],
+    files: &mut Files,
+    fd: u32,
+    iovs: u32,
+    iovs_len: u32,
+    offset: u64,
+    out: u32,
+) -> Result<(), Errno> {
     match files.get(fd)? {
         Entry::Stdin | Entry::Output(_) => Err(Errno::Spipe),
-        Entry::Dir { .. } | Entry::File { .. } => Err(Errno::Badf),
+        Entry::FolderFile { .. } => {
+            let iovs = memory::iovecs(mem, iovs, iovs_len)?;
+            memory::check_out::<4>(mem, out)?;
+            let written = folder::write(mem, files, fd, &iovs, Some(offset))?;
+            memory::write_u32(mem, out, written)
+        }
+        _ => Err(Errno::Badf),
     }
 }
 
@@ -238,6 +269,10 @@ pub(crate) fn fd_prestat_get(
         Entry::Dir {
             preopen: Some(path),
             ..
+        }
+        | Entry::FolderDir {
+            preopen: Some(path),
+            ..
         } => memory::write(mem, out, &abi::prestat(path.len() as u32)),
         _ => Err(Errno::Badf),
     }
@@ -251,10 +286,14 @@ pub(crate) fn fd_prestat_dir_name(
     ptr: u32,
     len: u32,
 ) -> Result<(), Errno> {
-    let Entry::Dir {
+    let (Entry::Dir {
         preopen: Some(path),
         ..
-    } = files.get(fd)?
+    }
+    | Entry::FolderDir {
+        preopen: Some(path),
+        ..
+    }) = files.get(fd)?
     else {
         return Err(Errno::Notdir);
     };
@@ -281,7 +320,7 @@ pub(crate) fn fd_readdir(
     let area = memory::bytes_mut(mem, buf, buf_len)?;
     let mut used = 0;
     let mut index = usize::try_from(cookie).unwrap_or(usize::MAX);
-    while let Some((name, ino, kind)) = dir.listing(index) {
+    while let Some((name, ino, kind)) = folder::listing(files, &dir, index)? {
         index += 1;
         let header = abi::dirent(index as u64, ino, name.len() as u32, kind);
         for part in [&header[..], name.as_bytes()] {
@@ -310,17 +349,20 @@ pub(crate) fn fd_seek(
     whence: u32,
     out: u32,
 ) -> Result<(), Errno> {
-    let entry = files.get_mut(fd)?;
-    memory::check_out::<8>(mem, out)?;
-    let (file, offset) = match entry {
-        Entry::File { file, offset, .. } => (file, offset),
+    let len = match files.get(fd)? {
+        Entry::File { file, .. } => file.data().len(),
+        Entry::FolderFile { ino, .. } => folder::data(files, *ino)?.len(),
         Entry::Stdin | Entry::Output(_) => return Err(Errno::Spipe),
-        Entry::Dir { .. } => return Err(Errno::Badf),
+        Entry::Dir { .. } | Entry::FolderDir { .. } => return Err(Errno::Badf),
+    };
+    memory::check_out::<8>(mem, out)?;
+    let (Entry::File { offset, .. } | Entry::FolderFile { offset, .. }) = files.get_mut(fd)? else {
+        return Err(Errno::Badf);
     };
     let from = match u8::try_from(whence) {
         Ok(whence::SET) => 0,
         Ok(whence::CUR) => *offset,
-        Ok(whence::END) => file.data().len() as u64,
+        Ok(whence::END) => len as u64,
         _ => return Err(Errno::Inval),
     };
     let new = from
@@ -333,8 +375,10 @@ pub(crate) fn fd_seek(
 
 pub(crate) fn fd_tell(mem: &mut [u8], files: &Files, fd: u32, out: u32) -> Result<(), Errno> {
     match files.get(fd)? {
-        Entry::File { offset, .. } => memory::write_u64(mem, out, *offset),
+        Entry::File { offset, .. } | Entry::FolderFile { offset, .. } => {
+            memory::write_u64(mem, out, *offset)
+        }
         Entry::Stdin | Entry::Output(_) => Err(Errno::Spipe),
-        Entry::Dir { .. } => Err(Errno::Badf),
+        Entry::Dir { .. } | Entry::FolderDir { .. } => Err(Errno::Badf),
     }
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::abi::Errno;
+use super::folder::Folder;
 use super::tree::{Dir, File};
 use crate::output::{OutputSink, Stream};
 
@@ -29,12 +30,30 @@ pub(crate) enum Entry {
         /// The `fdflags` it was opened or last set with, which `fd_fdstat_get` reports.
         flags: u16,
     },
+    /// A directory of the writable folder.
+    FolderDir { ino: u64, preopen: Option<Arc<str>> },
+    /// A file of the writable folder.
+    FolderFile {
+        ino: u64,
+        offset: u64,
+        flags: u16,
+        read: bool,
+        write: bool,
+    },
+}
+
+/// The directory a path is resolved from.
+pub(crate) enum Base {
+    Tree(Arc<Dir>),
+    Folder(u64),
 }
 
 /// The WASI file system of one store: its descriptors and where its output goes.
 pub(crate) struct Files {
     fds: Vec<Option<Entry>>,
     sink: OutputSink,
+    /// The writable folder, when one is mounted.
+    folder: Option<Folder>,
 }
 
 impl Files {
@@ -56,7 +75,48 @@ impl Files {
         Files {
             fds: stdio.into_iter().chain(preopens).map(Some).collect(),
             sink,
+            folder: None,
         }
+    }
+
+    /// Mounts `folder` at the guest path `path`, as the next preopen: before the guest opens
+    /// anything, so that the preopens stay numbered from 3 without a gap.
+    pub(crate) fn mount(&mut self, path: Arc<str>, folder: Folder) {
+        self.fds.push(Some(Entry::FolderDir {
+            ino: Folder::ROOT,
+            preopen: Some(path),
+        }));
+        self.folder = Some(folder);
+    }
+
+    /// Mounts the read-only `dir` at the guest path `path`, as the next preopen.
+    pub(crate) fn mount_tree(&mut self, path: Arc<str>, dir: Arc<Dir>) {
+        self.fds.push(Some(Entry::Dir {
+            dir,
+            preopen: Some(path),
+        }));
+    }
+
+    /// Serves `dir` instead at the preopen of the guest path `path`.
+    pub(crate) fn replace_tree(&mut self, path: &str, new: Arc<Dir>) {
+        for entry in self.fds.iter_mut().flatten() {
+            if let Entry::Dir {
+                dir,
+                preopen: Some(p),
+            } = entry
+                && &**p == path
+            {
+                *dir = new.clone();
+            }
+        }
+    }
+
+    pub(crate) fn folder(&self) -> Option<&Folder> {
+        self.folder.as_ref()
+    }
+
+    pub(crate) fn folder_mut(&mut self) -> Result<&mut Folder, Errno> {
+        self.folder.as_mut().ok_or(Errno::Badf)
     }
 
     pub(crate) fn sink(&self) -> &OutputSink {
@@ -79,10 +139,11 @@ impl Files {
 
     /// The directory `fd` refers to, for a call that resolves a path from it: `ENOTDIR` for a
     /// file, `EBADF` for stdio or a closed number.
-    pub(crate) fn dir(&self, fd: u32) -> Result<Arc<Dir>, Errno> {
+    pub(crate) fn dir(&self, fd: u32) -> Result<Base, Errno> {
         match self.get(fd)? {
-            Entry::Dir { dir, .. } => Ok(dir.clone()),
-            Entry::File { .. } => Err(Errno::Notdir),
+            Entry::Dir { dir, .. } => Ok(Base::Tree(dir.clone())),
+            Entry::FolderDir { ino, .. } => Ok(Base::Folder(*ino)),
+            Entry::File { .. } | Entry::FolderFile { .. } => Err(Errno::Notdir),
             Entry::Stdin | Entry::Output(_) => Err(Errno::Badf),
         }
     }

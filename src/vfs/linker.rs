@@ -9,6 +9,7 @@ use wasmtime::{Caller, Extern, Linker};
 use super::abi::Errno;
 use super::fd_calls::{self as fd, WriteError};
 use super::fds::Files;
+use super::folder_calls as folder;
 use super::path_calls::{self as path, Open, TwoPaths};
 
 const MODULE: &str = "wasi_snapshot_preview1";
@@ -70,7 +71,7 @@ pub(crate) fn add_to_linker<T: 'static>(
     define!(linker, get, fd_advise(fd: u32, _offset: u64, _len: u64, advice: u32),
         |_, files| fd::fd_advise(files, fd, advice));
     define!(linker, get, fd_allocate(fd: u32, _offset: u64, _len: u64),
-        |_, files| fd::fd_resize(files, fd));
+        |_, files| folder::fd_allocate(files, fd));
     define!(linker, get, fd_close(fd: u32), |_, files| fd::fd_close(files, fd));
     define!(linker, get, fd_datasync(fd: u32), |_, files| fd::fd_sync(files, fd));
     define!(linker, get, fd_fdstat_get(fd: u32, out: u32),
@@ -81,8 +82,8 @@ pub(crate) fn add_to_linker<T: 'static>(
         |_, files| fd::fd_fdstat_set_rights(files, fd, base, inheriting));
     define!(linker, get, fd_filestat_get(fd: u32, out: u32),
         |mem, files| fd::fd_filestat_get(mem, files, fd, out));
-    define!(linker, get, fd_filestat_set_size(fd: u32, _size: u64),
-        |_, files| fd::fd_resize(files, fd));
+    define!(linker, get, fd_filestat_set_size(fd: u32, size: u64),
+        |_, files| folder::fd_filestat_set_size(files, fd, size));
     define!(linker, get, fd_filestat_set_times(fd: u32, _atim: u64, _mtim: u64, flags: u32),
         |_, files| fd::fd_filestat_set_times(files, fd, flags));
     define!(linker, get, fd_pread(fd: u32, iovs: u32, iovs_len: u32, offset: u64, out: u32),
@@ -91,8 +92,8 @@ pub(crate) fn add_to_linker<T: 'static>(
         |mem, files| fd::fd_prestat_get(mem, files, fd, out));
     define!(linker, get, fd_prestat_dir_name(fd: u32, ptr: u32, len: u32),
         |mem, files| fd::fd_prestat_dir_name(mem, files, fd, ptr, len));
-    define!(linker, get, fd_pwrite(fd: u32, _iovs: u32, _iovs_len: u32, _offset: u64, _out: u32),
-        |_, files| fd::fd_pwrite(files, fd));
+    define!(linker, get, fd_pwrite(fd: u32, iovs: u32, iovs_len: u32, offset: u64, out: u32),
+        |mem, files| fd::fd_pwrite(mem, files, fd, iovs, iovs_len, offset, out));
     define!(linker, get, fd_read(fd: u32, iovs: u32, iovs_len: u32, out: u32),
         |mem, files| fd::fd_read(mem, files, fd, iovs, iovs_len, out));
     define!(linker, get, fd_readdir(fd: u32, buf: u32, buf_len: u32, cookie: u64, out: u32),
@@ -126,7 +127,7 @@ pub(crate) fn add_to_linker<T: 'static>(
             fd: u32, ptr: u32, len: u32, _buf: u32, _buf_len: u32, _out: u32),
         |mem, files| path::path_readlink(mem, files, fd, ptr, len));
     define!(linker, get, path_remove_directory(fd: u32, ptr: u32, len: u32),
-        |mem, files| path::path_remove(mem, files, fd, ptr, len));
+        |mem, files| path::path_remove(mem, files, fd, ptr, len, true));
     define!(linker, get, path_rename(
             old_fd: u32, old: u32, old_len: u32, new_fd: u32, new: u32, new_len: u32),
         |mem, files| path::path_rename(mem, files,
@@ -135,6 +136,6 @@ pub(crate) fn add_to_linker<T: 'static>(
             target: u32, target_len: u32, fd: u32, ptr: u32, len: u32),
         |mem, files| path::path_symlink(mem, files, target, target_len, fd, ptr, len));
     define!(linker, get, path_unlink_file(fd: u32, ptr: u32, len: u32),
-        |mem, files| path::path_remove(mem, files, fd, ptr, len));
+        |mem, files| path::path_remove(mem, files, fd, ptr, len, false));
     Ok(())
 }

@@ -2,15 +2,16 @@
 //! The tree is read-only: opening to write, creating, removing, renaming, linking and setting
 //! times are refused, with the error a read-only file system gives (`EROFS`, or `EEXIST` when
 //! the name to create is taken), after the same checks a writable one would make, so a missing
-//! parent is still `ENOENT`. Nothing but `path_open` changes any state.
-
-use std::sync::Arc;
+//! parent is still `ENOENT`. Nothing but `path_open` changes any state there. Paths from a
+//! directory of the writable folder go to [`super::folder_calls`]; nothing moves or links between
+//! the two (`EXDEV`), and the folder has no symbolic links (`EPERM`).
 
 use super::abi::{self, Errno, LOOKUPFLAGS_ALL, fdflags, oflags, rights};
-use super::fds::{Entry, Files};
+use super::fds::{Base, Entry, Files};
+use super::folder_calls as folder;
 use super::memory;
 use super::path::{refuse_change, refuse_create, resolve};
-use super::tree::{Dir, Node};
+use super::tree::Node;
 
 /// The directory `fd` names and the path at `ptr`, the two arguments every call here starts with.
 fn dir_and_path<'m>(
@@ -19,7 +20,7 @@ fn dir_and_path<'m>(
     fd: u32,
     ptr: u32,
     len: u32,
-) -> Result<(Arc<Dir>, &'m str), Errno> {
+) -> Result<(Base, &'m str), Errno> {
     let dir = files.dir(fd)?;
     Ok((dir, memory::path(mem, ptr, len)?))
 }
@@ -46,8 +47,17 @@ pub(crate) fn path_open(mem: &mut [u8], files: &mut Files, args: Open) -> Result
     rights::check(args.base)?;
     rights::check(args.inheriting)?;
     let fdflags = abi::flags(args.fdflags, fdflags::ALL)?;
-    let (dir, path) = dir_and_path(mem, files, args.fd, args.path, args.path_len)?;
+    let (base, path) = dir_and_path(mem, files, args.fd, args.path, args.path_len)?;
     memory::check_out::<4>(mem, args.out)?;
+    let writing = args.base & rights::WRITE != 0 || oflags & (oflags::CREAT | oflags::TRUNC) != 0;
+    let dir = match base {
+        Base::Tree(dir) => dir,
+        Base::Folder(ino) => {
+            let entry = folder::open(files, ino, path, oflags, writing, fdflags)?;
+            let fd = files.insert(entry)?;
+            return memory::write_u32(mem, args.out, fd);
+        }
+    };
     let creating = oflags & oflags::CREAT != 0;
     let node = match resolve(&dir, path) {
         Err(Errno::Noent) if creating => return Err(refuse_create(&dir, path)),
@@ -56,7 +66,6 @@ pub(crate) fn path_open(mem: &mut [u8], files: &mut Files, args: Open) -> Result
     if creating && oflags & oflags::EXCL != 0 {
         return Err(Errno::Exist);
     }
-    let writing = args.base & rights::WRITE != 0 || oflags & (oflags::CREAT | oflags::TRUNC) != 0;
     let entry = match node {
         Node::Dir(_) if writing => return Err(Errno::Isdir),
         Node::Dir(dir) => Entry::Dir { dir, preopen: None },
@@ -83,14 +92,16 @@ pub(crate) fn path_filestat_get(
     out: u32,
 ) -> Result<(), Errno> {
     abi::flags(lookup, LOOKUPFLAGS_ALL)?;
-    let (dir, path) = dir_and_path(mem, files, fd, ptr, len)?;
+    let (base, path) = dir_and_path(mem, files, fd, ptr, len)?;
     memory::check_out::<64>(mem, out)?;
-    let node = resolve(&dir, path)?;
-    memory::write(
-        mem,
-        out,
-        &abi::filestat(node.ino(), node.filetype(), node.size()),
-    )
+    let stat = match base {
+        Base::Tree(dir) => {
+            let node = resolve(&dir, path)?;
+            abi::filestat(node.ino(), node.filetype(), node.size())
+        }
+        Base::Folder(ino) => folder::path_stat(files, ino, path)?,
+    };
+    memory::write(mem, out, &stat)
 }
 
 pub(crate) fn path_filestat_set_times(
@@ -104,31 +115,39 @@ pub(crate) fn path_filestat_set_times(
 ) -> Result<(), Errno> {
     abi::flags(lookup, LOOKUPFLAGS_ALL)?;
     abi::flags(fst_flags, abi::FSTFLAGS_ALL)?;
-    let (dir, path) = dir_and_path(mem, files, fd, ptr, len)?;
-    Err(refuse_change(&dir, path))
+    match dir_and_path(mem, files, fd, ptr, len)? {
+        (Base::Tree(dir), path) => Err(refuse_change(&dir, path)),
+        // Every node of the folder keeps the one fixed time.
+        (Base::Folder(ino), path) => folder::exists(files, ino, path),
+    }
 }
 
 pub(crate) fn path_create_directory(
     mem: &[u8],
-    files: &Files,
+    files: &mut Files,
     fd: u32,
     ptr: u32,
     len: u32,
 ) -> Result<(), Errno> {
-    let (dir, path) = dir_and_path(mem, files, fd, ptr, len)?;
-    Err(refuse_create(&dir, path))
+    match dir_and_path(mem, files, fd, ptr, len)? {
+        (Base::Tree(dir), path) => Err(refuse_create(&dir, path)),
+        (Base::Folder(ino), path) => files.folder_mut()?.mkdir(ino, path),
+    }
 }
 
-/// `path_remove_directory` and `path_unlink_file`.
+/// `path_remove_directory` (`dir`) and `path_unlink_file`.
 pub(crate) fn path_remove(
     mem: &[u8],
-    files: &Files,
+    files: &mut Files,
     fd: u32,
     ptr: u32,
     len: u32,
+    dir: bool,
 ) -> Result<(), Errno> {
-    let (dir, path) = dir_and_path(mem, files, fd, ptr, len)?;
-    Err(refuse_change(&dir, path))
+    match dir_and_path(mem, files, fd, ptr, len)? {
+        (Base::Tree(tree), path) => Err(refuse_change(&tree, path)),
+        (Base::Folder(ino), path) => files.folder_mut()?.remove(ino, path, dir),
+    }
 }
 
 /// A path in one directory and a path in another, the arguments of a link or a rename.
@@ -149,20 +168,36 @@ pub(crate) fn path_link(
     args: TwoPaths,
 ) -> Result<(), Errno> {
     abi::flags(lookup, LOOKUPFLAGS_ALL)?;
-    let (old_dir, old) = dir_and_path(mem, files, args.old_fd, args.old, args.old_len)?;
-    let (new_dir, new) = dir_and_path(mem, files, args.new_fd, args.new, args.new_len)?;
-    resolve(&old_dir, old)?;
-    Err(refuse_create(&new_dir, new))
+    match (
+        dir_and_path(mem, files, args.old_fd, args.old, args.old_len)?,
+        dir_and_path(mem, files, args.new_fd, args.new, args.new_len)?,
+    ) {
+        ((Base::Tree(old_dir), old), (Base::Tree(new_dir), new)) => {
+            resolve(&old_dir, old)?;
+            Err(refuse_create(&new_dir, new))
+        }
+        ((Base::Folder(_), _), (Base::Folder(_), _)) => Err(Errno::Perm),
+        _ => Err(Errno::Xdev),
+    }
 }
 
 /// The source must exist; a rename may replace what is at the new name, so that is no `EEXIST`.
-pub(crate) fn path_rename(mem: &[u8], files: &Files, args: TwoPaths) -> Result<(), Errno> {
-    let (old_dir, old) = dir_and_path(mem, files, args.old_fd, args.old, args.old_len)?;
-    let (new_dir, new) = dir_and_path(mem, files, args.new_fd, args.new, args.new_len)?;
-    resolve(&old_dir, old)?;
-    match refuse_create(&new_dir, new) {
-        Errno::Exist => Err(Errno::Rofs),
-        e => Err(e),
+pub(crate) fn path_rename(mem: &[u8], files: &mut Files, args: TwoPaths) -> Result<(), Errno> {
+    match (
+        dir_and_path(mem, files, args.old_fd, args.old, args.old_len)?,
+        dir_and_path(mem, files, args.new_fd, args.new, args.new_len)?,
+    ) {
+        ((Base::Tree(old_dir), old), (Base::Tree(new_dir), new)) => {
+            resolve(&old_dir, old)?;
+            match refuse_create(&new_dir, new) {
+                Errno::Exist => Err(Errno::Rofs),
+                e => Err(e),
+            }
+        }
+        ((Base::Folder(old_dir), old), (Base::Folder(new_dir), new)) => {
+            files.folder_mut()?.rename((old_dir, old), (new_dir, new))
+        }
+        _ => Err(Errno::Xdev),
     }
 }
 
@@ -177,8 +212,10 @@ pub(crate) fn path_symlink(
     len: u32,
 ) -> Result<(), Errno> {
     memory::path(mem, target, target_len)?;
-    let (dir, path) = dir_and_path(mem, files, fd, ptr, len)?;
-    Err(refuse_create(&dir, path))
+    match dir_and_path(mem, files, fd, ptr, len)? {
+        (Base::Tree(dir), path) => Err(refuse_create(&dir, path)),
+        (Base::Folder(_), _) => Err(Errno::Perm),
+    }
 }
 
 /// Nothing is a symbolic link: `EINVAL` for anything that exists, as `readlink` says.
@@ -189,7 +226,9 @@ pub(crate) fn path_readlink(
     ptr: u32,
     len: u32,
 ) -> Result<(), Errno> {
-    let (dir, path) = dir_and_path(mem, files, fd, ptr, len)?;
-    resolve(&dir, path)?;
+    match dir_and_path(mem, files, fd, ptr, len)? {
+        (Base::Tree(dir), path) => resolve(&dir, path).map(drop)?,
+        (Base::Folder(ino), path) => folder::exists(files, ino, path)?,
+    }
     Err(Errno::Inval)
 }

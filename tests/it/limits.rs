@@ -26,6 +26,7 @@ fn assert_limit_allowing(code: &str, limits: Limits, allow: &[&str], expected: L
         limits: limits.clone(),
         policy: Arc::new(ImportPolicy::with_extra(allow)),
         observer: None,
+        files: None,
     };
     let r = run_with(code, &options);
     let took = started.elapsed();

@@ -14,6 +14,7 @@ mod cli;
 mod corpus;
 mod cpython;
 mod faults;
+mod files;
 mod first_run;
 mod fuzz_smoke;
 mod http;

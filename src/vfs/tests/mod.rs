@@ -2,6 +2,7 @@
 //! real wasmtime and a module written in WAT.
 
 mod fd;
+mod folder;
 mod linker;
 mod path;
 mod stdio;

@@ -3,6 +3,7 @@
 use super::*;
 use crate::vfs::abi::oflags;
 use crate::vfs::fd_calls as fd;
+use crate::vfs::folder_calls;
 use crate::vfs::memory::MAX_PATH;
 use crate::vfs::path_calls::TwoPaths;
 use crate::vfs::tree::TreeError;
@@ -163,7 +164,7 @@ fn every_write_is_refused_as_on_a_read_only_file_system() {
         ("../new", Errno::Notcapable),
     ] {
         let (p, l) = one(&mut mem, path);
-        let r = path_calls::path_create_directory(&mem, &files, ROOT, p, l);
+        let r = path_calls::path_create_directory(&mem, &mut files, ROOT, p, l);
         assert_eq!(r, Err(mkdir), "mkdir {path}");
         let r = path_calls::path_symlink(&mem, &files, p, l, ROOT, p, l);
         assert_eq!(r, Err(mkdir), "symlink {path}");
@@ -175,8 +176,10 @@ fn every_write_is_refused_as_on_a_read_only_file_system() {
         ("/abs", Errno::Notcapable),
     ] {
         let (p, l) = one(&mut mem, path);
-        let r = path_calls::path_remove(&mem, &files, ROOT, p, l);
-        assert_eq!(r, Err(change), "remove {path}");
+        for dir in [false, true] {
+            let r = path_calls::path_remove(&mem, &mut files, ROOT, p, l, dir);
+            assert_eq!(r, Err(change), "remove {path}");
+        }
         let r = path_calls::path_filestat_set_times(&mem, &files, ROOT, 0, p, l, 0);
         assert_eq!(r, Err(change), "set times {path}");
     }
@@ -201,20 +204,26 @@ fn every_write_is_refused_as_on_a_read_only_file_system() {
     assert_eq!(link(two(l, copy)), Err(Errno::Rofs));
     assert_eq!(link(two(l, (p, l))), Err(Errno::Exist));
     assert_eq!(link(two(4, copy)), Err(Errno::Noent));
-    let rename = |args| path_calls::path_rename(&mem, &files, args);
-    assert_eq!(rename(two(l, copy)), Err(Errno::Rofs));
-    assert_eq!(rename(two(l, (p, l))), Err(Errno::Rofs));
-    assert_eq!(rename(two(4, copy)), Err(Errno::Noent));
+    for (args, errno) in [
+        (two(l, copy), Errno::Rofs),
+        (two(l, (p, l)), Errno::Rofs),
+        (two(4, copy), Errno::Noent),
+    ] {
+        assert_eq!(path_calls::path_rename(&mem, &mut files, args), Err(errno));
+    }
 
     // Through descriptors: a read-only file cannot be written, resized or retimed.
     let f = open(&mut mem, &mut files, "python315.zip").unwrap();
     assert_eq!(f, 4, "no refused call left a descriptor behind");
     let (iovs, n) = iovecs(&mut mem, &[(BUF_AT, 4)]);
-    assert!(fd::fd_write(&mut mem, &files, f, iovs, n, OUT_AT).is_err());
-    assert!(fd::fd_write(&mut mem, &files, ROOT, iovs, n, OUT_AT).is_err());
+    assert!(fd::fd_write(&mut mem, &mut files, f, iovs, n, OUT_AT).is_err());
+    assert!(fd::fd_write(&mut mem, &mut files, ROOT, iovs, n, OUT_AT).is_err());
     for fd_ in [f, ROOT] {
-        assert_eq!(fd::fd_pwrite(&files, fd_), Err(Errno::Badf));
-        assert_eq!(fd::fd_resize(&files, fd_), Err(Errno::Badf));
+        let pwrite = fd::fd_pwrite(&mut mem, &mut files, fd_, iovs, n, 0, OUT_AT);
+        assert_eq!(pwrite, Err(Errno::Badf));
+        assert_eq!(folder_calls::fd_allocate(&files, fd_), Err(Errno::Badf));
+        let resize = folder_calls::fd_filestat_set_size(&mut files, fd_, 0);
+        assert_eq!(resize, Err(Errno::Badf));
         assert_eq!(fd::fd_filestat_set_times(&files, fd_, 0), Err(Errno::Rofs));
         assert_eq!(
             fd::fd_fdstat_set_rights(&files, fd_, 0, 0),

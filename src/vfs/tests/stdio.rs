@@ -19,10 +19,10 @@ fn stdio_writes_reach_the_sink_and_its_limit_traps() {
     let (mut mem, mut files) = (mem(), files_with(sink.clone()));
     put(&mut mem, BUF_AT, b"hello world!");
     let (iovs, n) = iovecs(&mut mem, &[(BUF_AT, 6), (BUF_AT + 6, 0), (BUF_AT + 6, 3)]);
-    fd::fd_write(&mut mem, &files, 1, iovs, n, OUT_AT).unwrap();
+    fd::fd_write(&mut mem, &mut files, 1, iovs, n, OUT_AT).unwrap();
     assert_eq!(u32_at(&mem, OUT_AT), 9);
     let (iovs, n) = iovecs(&mut mem, &[(BUF_AT, 2)]);
-    fd::fd_write(&mut mem, &files, 2, iovs, n, OUT_AT).unwrap();
+    fd::fd_write(&mut mem, &mut files, 2, iovs, n, OUT_AT).unwrap();
     assert_eq!(
         seen.lock().unwrap()[..],
         [
@@ -33,7 +33,7 @@ fn stdio_writes_reach_the_sink_and_its_limit_traps() {
     );
     // One byte is left of the 12.
     assert!(matches!(
-        fd::fd_write(&mut mem, &files, 1, iovs, n, OUT_AT),
+        fd::fd_write(&mut mem, &mut files, 1, iovs, n, OUT_AT),
         Err(WriteError::Limit(_))
     ));
     let (out, err) = sink.take();
@@ -49,7 +49,7 @@ fn stdio_writes_reach_the_sink_and_its_limit_traps() {
         Err(Errno::Badf)
     );
     assert!(matches!(
-        fd::fd_write(&mut mem, &files, 0, iovs, n, OUT_AT),
+        fd::fd_write(&mut mem, &mut files, 0, iovs, n, OUT_AT),
         Err(WriteError::Errno(Errno::Badf))
     ));
     for fd_ in 0..3 {
@@ -65,6 +65,7 @@ fn stdio_writes_reach_the_sink_and_its_limit_traps() {
             fd::fd_pread(&mut mem, &files, fd_, iovs, n, 0, OUT_AT),
             Err(Errno::Spipe)
         );
-        assert_eq!(fd::fd_pwrite(&files, fd_), Err(Errno::Spipe));
+        let pwrite = fd::fd_pwrite(&mut mem, &mut files, fd_, iovs, n, 0, OUT_AT);
+        assert_eq!(pwrite, Err(Errno::Spipe));
     }
 }

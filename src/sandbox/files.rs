@@ -1,0 +1,302 @@
+//! Files without a file system: the input files a call gives the code, read-only under
+//! [`DATA_DIR`], and the folder it may write, [`OUT_DIR`], both in host memory and nothing of the
+//! host's. [`InputFiles`] checks what a client sends (paths, counts, sizes, depth) into typed
+//! errors that name the problem; [`crate::outcome::OutputFile`] is what the code wrote, read back
+//! after the call.
+//!
+//! The guests find folders by scanning the preopened descriptors once (wasi-libc), and both
+//! guests' snapshots were taken after that scan, with no folder to find. So when a call brings
+//! files, the host clears the flag that records the scan (`scan_flag`: found in the module by
+//! reading the one function that sets it), and the guest scans again on its next path.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::vfs::{Dir, Folder, FolderLimits, TreeBuilder};
+
+/// Where the input files are, read-only.
+pub const DATA_DIR: &str = "/data";
+/// Where the code may write files.
+pub const OUT_DIR: &str = "/out";
+
+/// Bounds on the files of a call; each default is stated with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileLimits {
+    /// Input files at most. Default: 256.
+    pub max_files: usize,
+    /// Bytes of one input file at most. Default: 32 MiB.
+    pub max_file_bytes: usize,
+    /// Bytes of all input files at most. Default: 64 MiB.
+    pub max_total_bytes: usize,
+    /// Folders from `/data` down to a file, the file included, at most (`a/b/c.csv` is 3); the
+    /// same for what the code writes under `/out`. Default: 8.
+    pub max_depth: usize,
+    /// Bytes of a relative path at most. Default: 255.
+    pub max_path_bytes: usize,
+    /// Files and folders the code may make under `/out`. Default: 256.
+    pub max_out_entries: usize,
+    /// Bytes of all files under `/out` at most; they also count against the memory limit.
+    /// Default: 64 MiB.
+    pub max_out_bytes: usize,
+}
+
+impl Default for FileLimits {
+    fn default() -> Self {
+        FileLimits {
+            max_files: 256,
+            max_file_bytes: 32 << 20,
+            max_total_bytes: 64 << 20,
+            max_depth: 8,
+            max_path_bytes: 255,
+            max_out_entries: 256,
+            max_out_bytes: 64 << 20,
+        }
+    }
+}
+
+impl FileLimits {
+    pub(crate) fn folder(&self) -> FolderLimits {
+        FolderLimits {
+            max_entries: self.max_out_entries,
+            max_depth: self.max_depth,
+            max_bytes: self.max_out_bytes,
+        }
+    }
+}
+
+/// Why input files were refused: the client's mistake, named so that it can fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilesError {
+    #[error("file path `{0}` is absolute: give a path relative to {DATA_DIR}, such as `sales.csv`")]
+    Absolute(String),
+    #[error(
+        "file path `{0}` is not a plain relative path: no empty names, `.`, `..`, backslashes or control characters"
+    )]
+    NotPlain(String),
+    #[error("file path `{path}` is {len} bytes long; at most {max}")]
+    PathTooLong {
+        path: String,
+        len: usize,
+        max: usize,
+    },
+    #[error("file path `{path}` is {depth} folders deep; at most {max}")]
+    TooDeep {
+        path: String,
+        depth: usize,
+        max: usize,
+    },
+    #[error("{count} files given; at most {max}")]
+    TooMany { count: usize, max: usize },
+    #[error("file `{path}` is {size} bytes; at most {max} per file")]
+    FileTooLarge {
+        path: String,
+        size: usize,
+        max: usize,
+    },
+    #[error("the files total {total} bytes; at most {max}")]
+    TotalTooLarge { total: usize, max: usize },
+    #[error("file path `{0}` is given twice, or is both a file and a folder")]
+    Conflict(String),
+}
+
+/// Input files, checked: relative paths to their bytes, served read-only under [`DATA_DIR`].
+/// Cheap to clone (the bytes are shared).
+#[derive(Debug, Clone, Default)]
+pub struct InputFiles {
+    files: BTreeMap<String, Bytes>,
+    limits: FileLimits,
+}
+
+impl InputFiles {
+    /// Checks `files` (relative path, content) against `limits`.
+    pub fn new(
+        files: impl IntoIterator<Item = (String, Vec<u8>)>,
+        limits: FileLimits,
+    ) -> Result<InputFiles, FilesError> {
+        let mut checked = InputFiles {
+            files: BTreeMap::new(),
+            limits,
+        };
+        checked.add(files.into_iter().map(|(p, b)| (p, Bytes::from(b))))?;
+        Ok(checked)
+    }
+
+    /// Adds `files`, replacing those at the same paths (a session's next call), within the limits.
+    pub fn add(
+        &mut self,
+        files: impl IntoIterator<Item = (String, Bytes)>,
+    ) -> Result<(), FilesError> {
+        let limits = self.limits;
+        for (path, bytes) in files {
+            check_path(&path, &limits)?;
+            if bytes.len() > limits.max_file_bytes {
+                return Err(FilesError::FileTooLarge {
+                    size: bytes.len(),
+                    path,
+                    max: limits.max_file_bytes,
+                });
+            }
+            self.files.insert(path, bytes);
+            if self.files.len() > limits.max_files {
+                return Err(FilesError::TooMany {
+                    count: self.files.len(),
+                    max: limits.max_files,
+                });
+            }
+        }
+        let total = self.total_bytes();
+        if total > limits.max_total_bytes {
+            return Err(FilesError::TotalTooLarge {
+                total,
+                max: limits.max_total_bytes,
+            });
+        }
+        // A path that is also a folder of another is found when the tree is built.
+        self.tree().map(drop)
+    }
+
+    /// Merges `other` into these files (a session's next call).
+    pub fn merge(&mut self, other: &InputFiles) -> Result<(), FilesError> {
+        self.add(other.files.iter().map(|(p, b)| (p.clone(), b.clone())))
+    }
+
+    pub fn limits(&self) -> &FileLimits {
+        &self.limits
+    }
+
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// Bytes of all the files.
+    pub fn total_bytes(&self) -> usize {
+        self.files.values().map(Bytes::len).sum()
+    }
+
+    /// The read-only tree the guest sees under [`DATA_DIR`].
+    pub(crate) fn tree(&self) -> Result<Arc<Dir>, FilesError> {
+        let mut tree = TreeBuilder::default();
+        for (path, bytes) in &self.files {
+            tree.insert_file(path, bytes.clone())
+                .map_err(|_| FilesError::Conflict(path.clone()))?;
+        }
+        Ok(tree.build())
+    }
+}
+
+fn check_path(path: &str, limits: &FileLimits) -> Result<(), FilesError> {
+    if path.len() > limits.max_path_bytes {
+        return Err(FilesError::PathTooLong {
+            path: path.chars().take(limits.max_path_bytes).collect(),
+            len: path.len(),
+            max: limits.max_path_bytes,
+        });
+    }
+    if path.starts_with('/') {
+        return Err(FilesError::Absolute(path.to_owned()));
+    }
+    let plain = |name: &str| {
+        !matches!(name, "" | "." | "..") && !name.chars().any(|c| c == '\\' || c.is_control())
+    };
+    if !path.split('/').all(plain) {
+        return Err(FilesError::NotPlain(path.to_owned()));
+    }
+    let depth = path.split('/').count();
+    if depth > limits.max_depth {
+        return Err(FilesError::TooDeep {
+            path: path.to_owned(),
+            depth,
+            max: limits.max_depth,
+        });
+    }
+    Ok(())
+}
+
+/// An empty `/out` within the limits of `files`.
+pub(crate) fn new_folder(files: &InputFiles) -> Folder {
+    Folder::new(files.limits.folder())
+}
+
+/// The Python that makes `open` (and `io.open`) the real one, served by the host's folders,
+/// with errors that say where files live: the RustPython guest's `open` refuses every file.
+/// It runs as a call of its own, before the code's, with the imports it needs allowed.
+pub(crate) const OPEN_SHIM: &str = r#"
+def _install_files():
+    import builtins, errno, io, _io
+    real_open = _io.open
+    where = "files are in /data (the input files, read-only) and /out (write files there)"
+    denied = {errno.EACCES, errno.EPERM, errno.EROFS, getattr(errno, "ENOTCAPABLE", 76)}
+    def open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None,
+             closefd=True, opener=None):
+        try:
+            return real_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        except OSError as e:
+            if isinstance(file, int) or e.errno is None:
+                raise
+            kind = PermissionError if e.errno in denied else type(e)
+            raise kind(e.errno, "%s: %s" % (e.strerror, where), file) from None
+    open.__doc__ = real_open.__doc__
+    builtins.open = open
+    io.open = open
+_install_files()
+del _install_files
+"#;
+
+/// What [`OPEN_SHIM`] imports.
+pub(crate) const OPEN_SHIM_IMPORTS: [&str; 4] = ["builtins", "errno", "io", "_io"];
+
+/// The address of the byte in which the guest's wasi-libc records that it has scanned the
+/// preopens: the first byte `__wasilibc_populate_preopens` loads from a constant address (it
+/// returns at once when the byte is set). `None` when the module has no such function or names.
+pub(crate) fn scan_flag(wasm: &[u8]) -> Option<u32> {
+    use wasmparser::{KnownCustom, Name, Operator, Parser, Payload, TypeRef};
+    const FUNCTION: &str = "__wasilibc_populate_preopens";
+    let mut imported = 0u32;
+    let mut bodies = Vec::new();
+    let mut index = None;
+    for payload in Parser::new(0).parse_all(wasm) {
+        match payload.ok()? {
+            Payload::ImportSection(imports) => {
+                for import in imports.into_imports() {
+                    if let TypeRef::Func(_) = import.ok()?.ty {
+                        imported += 1;
+                    }
+                }
+            }
+            Payload::CodeSectionEntry(body) => bodies.push(body),
+            Payload::CustomSection(section) => {
+                if let KnownCustom::Name(names) = section.as_known() {
+                    for subsection in names.into_iter().flatten() {
+                        if let Name::Function(map) = subsection {
+                            index = map.into_iter().flatten().find(|n| n.name == FUNCTION);
+                        }
+                        if index.is_some() {
+                            break;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let body = bodies.get(index?.index.checked_sub(imported)? as usize)?;
+    let mut ops = body.get_operators_reader().ok()?;
+    let mut constant = None;
+    // The flag is read within the function's first few instructions.
+    for _ in 0..16 {
+        match ops.read().ok()? {
+            Operator::I32Const { value } => constant = Some(value as u32),
+            Operator::I32Load8U { memarg } => {
+                return constant?.checked_add(u32::try_from(memarg.offset).ok()?);
+            }
+            _ => constant = None,
+        }
+    }
+    None
+}
