@@ -20,6 +20,7 @@
 #![allow(deprecated)]
 
 mod check;
+mod files;
 pub mod http;
 mod progress;
 mod schema;

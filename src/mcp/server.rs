@@ -144,6 +144,7 @@ impl PythonServer {
                 args.code.len()
             ))]));
         }
+        let files = super::files::input_files(args.files)?;
         let level = context.meta.log_level().or_else(|| {
             *self
                 .0
@@ -185,6 +186,7 @@ impl PythonServer {
             .then(|| Live::start(progress.clone(), ct.clone()));
         let mut options = self.0.options.clone();
         options.observer = live.as_ref().map(Live::observer);
+        options.files = files;
         let (result, session) = match lease {
             None => (
                 until_cancelled(ct, sandbox.run(&args.code, &options)).await?,

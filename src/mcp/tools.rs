@@ -2,12 +2,16 @@
 //! that calls them), and their replies (structured content for programs, and a text block that
 //! reads well to a model).
 
+use std::collections::BTreeMap;
+
 use base64::prelude::{BASE64_STANDARD, Engine as _};
 use rmcp::model::{CallToolResult, ContentBlock};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::files::{FileContent, MAX_FILES_REPLY_BYTES, file_blocks};
 use crate::engine::EngineKind;
+use crate::sandbox::files::FileLimits;
 use crate::outcome::{MAX_IMAGES, Outcome, RunReport, RunResult, left_out_note};
 use crate::sandbox::RunOptions;
 use crate::session::registry::{SessionError, SessionLimits, SessionReport, Start, minutes};
@@ -34,6 +38,12 @@ pub struct RunPythonArgs {
     /// With a session handle: empty that session first, so the code runs in an empty one.
     #[serde(default)]
     pub reset: bool,
+    /// Files for the code to read under /data: a map from a relative path ("sales.csv",
+    /// "raw/2024.json") to its content, text as is or {"base64": "..."} for any bytes. Giving
+    /// `files`, even {}, also lets the code write files under /out, which come back in the reply.
+    /// In a session, files stay for its later calls.
+    #[serde(default)]
+    pub files: Option<BTreeMap<String, FileContent>>,
 }
 
 impl RunPythonArgs {
@@ -62,10 +72,11 @@ pub fn description(options: &RunOptions, sessions: SessionLimits, engine: Engine
     let figures = match engine {
         EngineKind::RustPython => String::new(),
         EngineKind::CPython => format!(
-            "- Plots come back as PNG images after the text (when matplotlib is among the modules below): every matplotlib figure shown with plt.show() or still open when the code ends is returned, then closed; at most {MAX_IMAGES} per call, and large ones are scaled down. Just draw them: there are no files to save them to.\n"
+            "- Plots come back as PNG images after the text (when matplotlib is among the modules below): every matplotlib figure shown with plt.show() or still open when the code ends is returned, then closed; at most {MAX_IMAGES} per call, and large ones are scaled down. Just draw them; there is no need to save them.\n"
         ),
     };
     let idle = minutes(sessions.idle.as_secs_f64());
+    let file_limits = FileLimits::default();
     format!(
         "Run Python 3 code in a secure sandbox and get back what it printed and the value of its last expression.\n\
          \n\
@@ -75,7 +86,7 @@ pub fn description(options: &RunOptions, sessions: SessionLimits, engine: Engine
          {figures}\
          - The value of the last expression, or of a final assignment such as `result = ...`, is returned as its repr.\n\
          - Only these modules can be imported: {allowed}. Any other import fails with ImportError.\n\
-         - There are no files, no network, no environment variables and no input(): open() fails.\n\
+         - Files: give the code files in `files` (a map from a relative path to its text, or to {{\"base64\": ...}} for other bytes); it reads them under /data, read-only, with open(). Giving `files` (even {{}}) also lets it write files under /out: they come back in the reply ({files_reply} MiB at most, small text inline, images as images). At most {max_files} files, {file_mib} MiB each, {total_mib} MiB in all, {depth} folders deep, paths relative with no `..`. Nothing else exists: no host files, no network, no environment variables and no input().\n\
          - Without `session`, each call starts fresh: nothing is kept, so define everything you use in the same call.\n\
          - Sessions keep state between calls like cells of a notebook: variables, functions, classes and imports defined in one call are there in the next. Use them for work in steps, such as loading data once and analysing it in later calls. Pass `session: \"new\"` to start one: the reply gives its handle (`session.id`, like \"s_\" and 32 hex digits). Pass that handle as `session` in later calls to continue it; `reset: true` with the handle empties it first. Handles are private: only the conversation that started a session has its handle, and any other value (a name such as \"main\") is an error.\n\
          - A call that hits a limit is undone: its session goes back to its state from before that call, and the reply says so. An exception does not undo what ran before it.\n\
@@ -84,6 +95,11 @@ pub fn description(options: &RunOptions, sessions: SessionLimits, engine: Engine
          - The reply shows at most {shown} KiB of output, result and traceback together: longer text is cut in the middle, with a note saying how much was cut.\n\
          - An uncaught exception comes back as a Python traceback.",
         allowed = options.policy.allowed().join(", "),
+        files_reply = MAX_FILES_REPLY_BYTES >> 20,
+        max_files = file_limits.max_files,
+        file_mib = file_limits.max_file_bytes >> 20,
+        total_mib = file_limits.max_total_bytes >> 20,
+        depth = file_limits.max_depth,
         interpreter = interpreter,
         figures = figures,
         max = sessions.max,
@@ -110,8 +126,10 @@ pub struct CallReport {
 /// the code produced (output, result, exception) fits the limit itself: the sandbox bounds it to
 /// half ([`RunResult::text_budget`]), and the reply carries it twice, as text and as structured
 /// content. Figures come on top of it, as image content, within their own bounds
-/// ([`crate::outcome::MAX_IMAGES_BYTES`], a third more as base64). A client can rely on this to
-/// size its buffers and timeouts.
+/// ([`crate::outcome::MAX_IMAGES_BYTES`], a third more as base64), and so do files written under
+/// `/out` when a call gave `files`: their bytes within [`MAX_FILES_REPLY_BYTES`] (a third more as
+/// base64), and their listing, a line per file (at most [`FileLimits::max_out_entries`]). A client
+/// can rely on this to size its buffers and timeouts.
 pub const REPLY_OVERHEAD_BYTES: usize = 8 << 10;
 
 /// The reply to `run_python`: the output first, then the result or the traceback, then a sentence
@@ -162,6 +180,8 @@ pub fn run_reply(result: &RunResult, session: Option<SessionReport>) -> CallTool
         text.push_str(&note);
         text.push('\n');
     }
+    let (files, files_note) = file_blocks(&result.files);
+    text.push_str(&files_note);
     if let Some(s) = &session {
         text.push_str(&session_note(s));
     }
@@ -175,6 +195,7 @@ pub fn run_reply(result: &RunResult, session: Option<SessionReport>) -> CallTool
         .chain(result.images.iter().map(|image| {
             ContentBlock::image(BASE64_STANDARD.encode(&image.data), image.mime.clone())
         }))
+        .chain(files)
         .collect();
     let mut reply = if result.is_failure() {
         CallToolResult::error(content)
