@@ -1,7 +1,7 @@
 //! Unpacks the committed guest (`wasm/safe-python-guest.pack.lzma`, see `build/guest_pack.rs`) into
 //! `OUT_DIR` for the binaries to embed, checks it is the artifact `wasm/MANIFEST` describes, and
 //! passes on its SHA-256, on which the compiled-module cache is keyed (so no start hashes 40 MB).
-//! Unpacking takes about a second, once per build: a run never pays for it.
+//! Unpacking takes 1.5 s, once per build: a run never pays for it.
 
 #[path = "build/guest_pack.rs"]
 mod guest_pack;

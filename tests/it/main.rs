@@ -16,6 +16,7 @@ mod cpython;
 mod faults;
 mod first_run;
 mod fuzz_smoke;
+mod guest_pack;
 mod layout;
 mod limits;
 mod mcp;
