@@ -4,9 +4,9 @@
 //! `wasm/MANIFEST` describes, `build.rs` checks at every build.)
 
 #[path = "../../build/guest_pack.rs"]
-mod guest_pack;
+mod format;
 
-use guest_pack::{MAGIC, pack, unpack};
+use format::{MAGIC, pack, unpack};
 
 /// A frozen-library entry as RustPython writes it: name, LZ4 block (size-prefixed), package flag.
 fn frozen_entry(name: &str, block: &[u8]) -> Vec<u8> {

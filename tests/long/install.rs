@@ -74,14 +74,6 @@ fn server_accepts(args: &[String], context: &str) -> ArgMatches {
         .unwrap_or_else(|e| panic!("{context}: the server refuses {args:?}: {e}"))
 }
 
-fn server_arg(id: &str) -> clap::Arg {
-    Args::command()
-        .get_arguments()
-        .find(|a| a.get_id() == id)
-        .unwrap_or_else(|| panic!("the server has no argument {id}"))
-        .clone()
-}
-
 /// The server's argument read from environment variable `var`.
 fn server_arg_for_env(var: &str) -> clap::Arg {
     Args::command()
@@ -496,7 +488,7 @@ fn smithery_publishes_the_bundle_and_reads_only_its_name() {
     let readme = read("README.md");
     let publish = readme
         .lines()
-        .find(|l| l.contains("smithery") && l.contains("mcp publish"))
+        .find(|l| l.contains("@smithery/cli mcp publish"))
         .expect("the README shows how to publish to Smithery");
     let name = yaml["name"].as_str().unwrap();
     assert!(
@@ -723,7 +715,11 @@ fn the_bundle_validates_fits_smitherys_limit_and_starts_the_server() {
         .env_clear()
         .envs(env)
         .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir());
-    let served: Vec<String> = common::runtime().block_on(async {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let served: Vec<String> = runtime.block_on(async {
         let client = common::client::connect((), server).await;
         let tools = client.list_all_tools().await.expect("tools/list");
         client.cancel().await.expect("the server stops");
