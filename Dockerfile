@@ -1,4 +1,4 @@
-# safe-python-mcp in a container, for Smithery (smithery.yaml) or `docker run -i`. The build stage
+# safe-python-mcp in a container, for `docker run -i`. The build stage
 # runs the README's `cargo install`; the runtime image is the slim Debian release the Rust image is
 # built on, so the binary finds the glibc it was linked against.
 FROM rust:1.95-slim-trixie AS build

@@ -5,11 +5,13 @@
 #   scripts/pack-mcpb.sh [BINARY] [OUTPUT]
 #
 #   BINARY  the server to pack [default: target/dist/safe-python-mcp, built if missing]
-#   OUTPUT  the bundle to write [default: target/mcpb/safe-python-executor-VERSION-PLATFORM-ARCH.mcpb]
+#   OUTPUT  the bundle to write [default: target/mcpb/safe-python-executor-VERSION-PLATFORM-ARCH.mcpb,
+#           named as MCPB names them: PLATFORM darwin, linux or win32, ARCH x64 or arm64]
 #   MCPB    environment: the packer command [default: npx --yes @anthropic-ai/mcpb@2]
 #
 # The binary embeds the guest, so the bundle is the binary and packaging/mcpb/manifest.json, stamped
-# with the one platform the binary runs on: a bundle built on Linux is for Linux.
+# with the one platform the binary runs on: a bundle built on Linux is for Linux. Smithery publishes
+# this bundle (smithery.yaml).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -20,6 +22,12 @@ case "$(uname -s)" in
   *) echo "pack-mcpb: unsupported platform $(uname -s)" >&2; exit 2 ;;
 esac
 
+case "$(uname -m)" in
+  x86_64 | amd64) arch=x64 ;;
+  aarch64 | arm64) arch=arm64 ;;
+  *) arch=$(uname -m) ;;
+esac
+
 binary=${1:-}
 if [[ -z $binary ]]; then
   binary=$root/target/dist/safe-python-mcp$exe
@@ -28,7 +36,7 @@ fi
 [[ -x $binary ]] || { echo "pack-mcpb: no executable at $binary" >&2; exit 2; }
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)
-output=${2:-$root/target/mcpb/safe-python-executor-$version-$platform-$(uname -m).mcpb}
+output=${2:-$root/target/mcpb/safe-python-executor-$version-$platform-$arch.mcpb}
 read -r -a mcpb <<< "${MCPB:-npx --yes @anthropic-ai/mcpb@2}"
 
 stage=$(mktemp -d)

@@ -17,6 +17,7 @@ mod faults;
 mod files;
 mod first_run;
 mod fuzz_smoke;
+mod guest_pack;
 mod http;
 mod layout;
 mod limits;

@@ -74,14 +74,6 @@ fn server_accepts(args: &[String], context: &str) -> ArgMatches {
         .unwrap_or_else(|e| panic!("{context}: the server refuses {args:?}: {e}"))
 }
 
-fn server_arg(id: &str) -> clap::Arg {
-    Args::command()
-        .get_arguments()
-        .find(|a| a.get_id() == id)
-        .unwrap_or_else(|| panic!("the server has no argument {id}"))
-        .clone()
-}
-
 /// The server's argument read from environment variable `var`.
 fn server_arg_for_env(var: &str) -> clap::Arg {
     Args::command()
@@ -260,9 +252,8 @@ fn installed_bin() -> &'static Path {
         let mut words = dockerfile_cargo_install();
         let at = words.iter().position(|w| w == "--root").unwrap();
         words[at + 1] = root.display().to_string();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         run_ok(
-            Command::new(cargo)
+            cargo()
                 .args(&words[1..])
                 .arg("--target-dir")
                 .arg(target_dir())
@@ -272,40 +263,129 @@ fn installed_bin() -> &'static Path {
     })
 }
 
+/// The largest crate crates.io accepts.
+const MAX_CRATE_BYTES: u64 = 10 * 1024 * 1024;
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// `cargo package` of the workspace, as `cargo publish` makes it, then `cargo install` of the
+/// packaged crate, as from crates.io once it is published: the protocol crate comes from its own
+/// package (crates.io does not have it yet either), nothing else from this checkout. The release
+/// build shares `target/` with the other install tests.
 #[test]
-fn the_published_crate_carries_the_guest_and_not_its_sources() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = run_ok(
-        Command::new(cargo)
+fn the_published_crate_fits_crates_io_installs_and_gives_a_working_server() {
+    let version = env!("CARGO_PKG_VERSION");
+    let out = target_dir().join("package-test");
+    let _ = std::fs::remove_dir_all(&out);
+    // Not verified by cargo: the install below builds the packaged crate for real.
+    run_ok(
+        cargo()
             .args([
                 "package",
-                "--list",
+                "--workspace",
+                "--no-verify",
+                "--locked",
                 "--allow-dirty",
-                "--offline",
-                "--manifest-path",
             ])
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")),
+            .arg("--target-dir")
+            .arg(&out)
+            .current_dir(ROOT),
     );
-    let files = String::from_utf8(out.stdout).unwrap();
-    let files: Vec<&str> = files.lines().collect();
+    let size = std::fs::metadata(out.join(format!("package/safe-python-executor-{version}.crate")))
+        .unwrap()
+        .len();
+    eprintln!("safe-python-executor-{version}.crate: {size} bytes");
+    assert!(
+        size < MAX_CRATE_BYTES,
+        "the crate is {size} bytes; crates.io refuses more than {MAX_CRATE_BYTES}"
+    );
+
+    // Unpacked outside this workspace (cargo would take it for a member otherwise), as cargo
+    // install unpacks a downloaded crate.
+    let unpacked = tempfile::Builder::new()
+        .prefix("safe-python-executor-published-")
+        .tempdir()
+        .unwrap();
+    for name in ["safe-python-executor", "safe-python-protocol"] {
+        run_ok(
+            Command::new("tar")
+                .arg("-xzf")
+                .arg(out.join(format!("package/{name}-{version}.crate")))
+                .arg("-C")
+                .arg(unpacked.path()),
+        );
+    }
+    let crate_dir = unpacked
+        .path()
+        .join(format!("safe-python-executor-{version}"));
+    let protocol = unpacked
+        .path()
+        .join(format!("safe-python-protocol-{version}"));
     for needed in [
-        "wasm/safe-python-guest.wasm",
+        "wasm/safe-python-guest.pack.lzma",
+        "wasm/MANIFEST",
         "build.rs",
+        "build/guest_pack.rs",
         "src/bin/safe-python-mcp.rs",
         "src/bin/sandbox-run.rs",
         "README.md",
+        "Cargo.lock",
     ] {
         assert!(
-            files.contains(&needed),
-            "the package lacks {needed}: {files:?}"
+            crate_dir.join(needed).is_file(),
+            "the package lacks {needed}"
         );
     }
-    for file in &files {
+    for absent in ["guest", "tests", ".ci", "wasm/safe-python-guest.wasm"] {
         assert!(
-            !file.starts_with("guest/") && !file.starts_with("tests/") && !file.starts_with(".ci/"),
-            "the package carries {file}"
+            !crate_dir.join(absent).exists(),
+            "the package carries {absent}"
         );
     }
+
+    // The lock file pins the protocol crate's crates.io checksum: take it from the path instead,
+    // which locks without a source (nothing else in the lock file changes, so --locked holds).
+    let lock_path = crate_dir.join("Cargo.lock");
+    let lock = std::fs::read_to_string(&lock_path).unwrap();
+    let entry = "name = \"safe-python-protocol\"\n";
+    let at = lock
+        .find(entry)
+        .expect("the lock file has the protocol crate")
+        + entry.len();
+    let (head, tail) = lock.split_at(at);
+    let tail: String = tail
+        .lines()
+        .enumerate()
+        .filter(|(i, l)| !(*i < 3 && (l.starts_with("source = ") || l.starts_with("checksum = "))))
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    std::fs::write(&lock_path, format!("{head}{tail}")).unwrap();
+
+    let root = target_dir().join("install-packaged-test");
+    let _ = std::fs::remove_dir_all(&root);
+    run_ok(
+        cargo()
+            .args(["install", "--locked", "--path"])
+            .arg(&crate_dir)
+            .arg("--root")
+            .arg(&root)
+            .arg("--target-dir")
+            .arg(target_dir())
+            .arg("--config")
+            .arg(format!(
+                "patch.crates-io.safe-python-protocol.path={:?}",
+                protocol.display().to_string()
+            ))
+            .current_dir(unpacked.path()),
+    );
+    let out = run_ok(
+        Command::new(root.join("bin").join(SERVER))
+            .arg("--check")
+            .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir()),
+    );
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
@@ -395,67 +475,27 @@ fn the_dockerfile_builds_as_the_readme_says_and_starts_the_server_it_built() {
 
 // ---- Smithery ----
 
-/// Runs smithery.yaml's `commandFunction` on `config` with node, as Smithery does.
-fn command_function(source: &str, config: &Value) -> Value {
-    let script = "const f = eval('(' + process.argv[1] + ')');\
-                  process.stdout.write(JSON.stringify(f(JSON.parse(process.argv[2]))));";
-    let out = run_ok(Command::new("node").args(["-e", script, source, &config.to_string()]));
-    serde_json::from_slice(&out.stdout).expect("commandFunction returns an object")
-}
-
-/// A configSchema property's default, lowest and highest allowed value.
-fn json_schema_bounds(property: &Value) -> [Option<Value>; 3] {
-    let low = match (&property["minimum"], &property["exclusiveMinimum"]) {
-        (min @ Value::Number(_), _) => Some(min.clone()),
-        (_, Value::Number(min)) => Some(json!(min.as_f64().unwrap() + 0.001)),
-        _ => None,
-    };
-    let high = property.get("maximum").cloned();
-    [property.get("default").cloned(), low, high]
-}
-
 #[test]
-fn smithery_starts_the_server_with_every_setting_on_a_flag_it_accepts() {
+fn smithery_publishes_the_bundle_and_reads_only_its_name() {
+    // Smithery takes a stdio server as an MCP bundle (`smithery mcp publish BUNDLE -n NAME`) and
+    // reads smithery.yaml for the server's name only: anything else there would be ignored.
     let yaml: Value = serde_yaml_ng::from_str(&read("smithery.yaml")).unwrap();
-    let start = &yaml["startCommand"];
-    assert_eq!(start["type"], "stdio");
-    let schema = &start["configSchema"];
-    assert_eq!(schema["type"], "object");
-    let properties = schema["properties"].as_object().unwrap();
-    let function = start["commandFunction"].as_str().unwrap();
+    let keys: Vec<&String> = yaml.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["name"], "smithery.yaml should hold the name alone");
+    assert_eq!(yaml["name"], bundle_manifest()["name"]);
 
-    let id = |key: &str| {
-        key.chars()
-            .flat_map(|c| {
-                let snake = c.is_ascii_uppercase().then_some('_');
-                snake.into_iter().chain([c.to_ascii_lowercase()])
-            })
-            .collect::<String>()
-    };
-    for (key, property) in properties {
-        assert_same_default(
-            &server_arg(&id(key)),
-            property.get("default"),
-            "smithery.yaml",
-        );
-    }
-
-    let mut configs = vec![json!({}), start["exampleConfig"].clone()];
-    configs.extend(sample_configs(properties, json_schema_bounds));
-    configs.push(json!({"allow": ["json", "os.path", "_thread"], "timeout": 0.25, "workers": 1}));
-    for config in &configs {
-        let context = format!("commandFunction({config})");
-        let started = command_function(function, config);
-        assert_eq!(started["command"], SERVER, "{context}");
-        let mut args = strings(&started["args"]);
-        args.extend(env_as_flags(json_env(&started["env"])));
-        let matches = server_accepts(&args, &context);
-        for (key, value) in config.as_object().unwrap() {
-            if value != &json!([]) {
-                assert_reached(&matches, &id(key), value, &context);
-            }
-        }
-    }
+    // The README's publish command takes the bundle pack-mcpb.sh writes, under that name.
+    let readme = read("README.md");
+    let publish = readme
+        .lines()
+        .find(|l| l.contains("@smithery/cli mcp publish"))
+        .expect("the README shows how to publish to Smithery");
+    let name = yaml["name"].as_str().unwrap();
+    assert!(
+        publish.contains(&format!("/{name}"))
+            && publish.contains("target/mcpb/safe-python-executor-"),
+        "{publish}"
+    );
 }
 
 // ---- the MCP bundle ----
@@ -606,12 +646,27 @@ fn the_bundle_validates_fits_smitherys_limit_and_starts_the_server() {
             .arg(Path::new(ROOT).join("packaging/mcpb/manifest.json")),
     );
 
-    let bundle = work.join("safe-python-executor.mcpb");
+    // Named per platform and architecture as MCPB names them (Node's `process.platform` and
+    // `process.arch`), so that one release carries a bundle for each.
+    let platform = match std::env::consts::OS {
+        "macos" => "darwin",
+        "windows" => "win32",
+        other => other,
+    };
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "x64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let bundle = Path::new(ROOT).join(format!(
+        "target/mcpb/safe-python-executor-{}-{platform}-{arch}.mcpb",
+        env!("CARGO_PKG_VERSION")
+    ));
+    let _ = std::fs::remove_file(&bundle);
     run_ok(
         Command::new("bash")
             .arg(Path::new(ROOT).join("scripts/pack-mcpb.sh"))
             .arg(installed_bin().join(SERVER))
-            .arg(&bundle)
             .env("MCPB", &mcpb),
     );
     let size = std::fs::metadata(&bundle).unwrap().len();
@@ -636,11 +691,6 @@ fn the_bundle_validates_fits_smitherys_limit_and_starts_the_server() {
     );
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(unpacked.join("manifest.json")).unwrap()).unwrap();
-    let platform = match std::env::consts::OS {
-        "macos" => "darwin",
-        "windows" => "win32",
-        other => other,
-    };
     assert_eq!(manifest["compatibility"]["platforms"], json!([platform]));
     for config in [json!({}), json!({"allow": "json,heapq", "timeout": 30})] {
         let (command, args, env) =
@@ -652,6 +702,54 @@ fn the_bundle_validates_fits_smitherys_limit_and_starts_the_server() {
                 .env_clear()
                 .envs(env)
                 .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir()),
+        );
+    }
+
+    // The tools the manifest lists (shown before install, and checked by directories) are the
+    // ones the bundled server serves.
+    let (command, args, env) =
+        resolve_mcp_config(&manifest, unpacked.to_str().unwrap(), &json!({}));
+    let mut server = Command::new(command);
+    server
+        .args(args)
+        .env_clear()
+        .envs(env)
+        .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let served: Vec<String> = runtime.block_on(async {
+        let client = common::client::connect((), server).await;
+        let tools = client.list_all_tools().await.expect("tools/list");
+        client.cancel().await.expect("the server stops");
+        tools.into_iter().map(|t| t.name.into_owned()).collect()
+    });
+    let listed: Vec<String> = manifest["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(listed, served, "the manifest's tools are not the server's");
+}
+
+#[test]
+fn the_bundles_privacy_policy_is_the_readmes_privacy_section() {
+    let manifest = bundle_manifest();
+    let repository = manifest["repository"]["url"].as_str().unwrap();
+    let policies = strings(&manifest["privacy_policies"]);
+    assert!(!policies.is_empty(), "the bundle names no privacy policy");
+    let readme = read("README.md");
+    for policy in policies {
+        let anchor = policy
+            .strip_prefix(&format!("{repository}#"))
+            .unwrap_or_else(|| panic!("{policy} is not a section of the repository's README"));
+        assert!(
+            readme.lines().any(|l| l
+                .strip_prefix("## ")
+                .is_some_and(|h| h.to_lowercase().replace(' ', "-") == anchor)),
+            "the README has no section #{anchor}"
         );
     }
 }
