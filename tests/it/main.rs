@@ -22,6 +22,7 @@ mod http;
 mod layout;
 mod limits;
 mod mcp;
+mod mcp_files;
 mod plots;
 mod readme;
 mod scale;
