@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use super::files::{FileContent, MAX_FILES_REPLY_BYTES, file_blocks};
 use crate::engine::EngineKind;
-use crate::sandbox::files::FileLimits;
 use crate::outcome::{MAX_IMAGES, Outcome, RunReport, RunResult, left_out_note};
 use crate::sandbox::RunOptions;
+use crate::sandbox::files::FileLimits;
 use crate::session::registry::{SessionError, SessionLimits, SessionReport, Start, minutes};
 
 /// Runs code.
