@@ -106,12 +106,43 @@ fn admits(name: &str, schema: &Value, value: &Value) -> bool {
                     .is_none_or(|n| Some(n) <= constraint.as_f64())
             }
             "enum" => admitted &= constraint.as_array().is_some_and(|vs| vs.contains(value)),
+            // An object's members (the `files` map and its `{"base64"}` values); they say nothing
+            // of values that are not objects.
+            "properties" | "required" | "additionalProperties" => {
+                if let Some(members) = value.as_object() {
+                    admitted &= admits_members(name, schema, members);
+                }
+            }
             "const" => admitted &= constraint == value,
             "pattern" | "format" | "description" | "default" | "title" | "examples" => {}
             other => panic!("{name}: the oracle does not know the keyword {other:?}: {schema}"),
         }
     }
     admitted
+}
+
+/// Whether the members of an object meet `schema`'s `properties`, `required` and
+/// `additionalProperties`.
+fn admits_members(name: &str, schema: &Value, members: &JsonObject) -> bool {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let required = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    required
+        .iter()
+        .all(|r| members.contains_key(r.as_str().expect("a property name")))
+        && members.iter().all(|(key, member)| {
+            match (
+                properties.and_then(|p| p.get(key)),
+                schema.get("additionalProperties"),
+            ) {
+                (Some(member_schema), _) => admits(name, member_schema, member),
+                (None, None | Some(Value::Bool(true))) => true,
+                (None, Some(Value::Bool(false))) => false,
+                (None, Some(other)) => admits(name, other, member),
+            }
+        })
 }
 
 /// Whether `arguments` meet `schema`, the tool's input schema: every required argument given, none

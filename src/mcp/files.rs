@@ -24,6 +24,8 @@ const MAX_INLINE_TEXT_BYTES: usize = 8 << 10;
 /// A file's content as a client sends it.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(untagged)]
+// Inline in the input schema: some clients do not follow `$ref`s.
+#[schemars(inline)]
 pub enum FileContent {
     /// UTF-8 text, as is: a CSV, JSON or any text file.
     Text(String),
