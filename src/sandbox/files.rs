@@ -225,14 +225,12 @@ pub(crate) fn new_folder(files: &InputFiles) -> Folder {
 
 /// The Python that makes `open` (and `io.open`) the real one, served by the host's folders,
 /// with errors that say where files live: the RustPython guest's `open` refuses every file.
-/// It runs as a call of its own, before the code's, with the imports it needs allowed; the
-/// CPython engine also runs it once in its template, for calls without files.
+/// It runs as a call of its own, before the code's, with the imports it needs allowed.
 pub(crate) const OPEN_SHIM: &str = r#"
 def _install_files():
     import builtins, errno, io, _io
     real_open = _io.open
-    where = ("files are in /data (the call's input files, read-only) and /out (write files"
-             " there); both exist when the call gives files")
+    where = "files are in /data (the input files, read-only) and /out (write files there)"
     denied = {errno.EACCES, errno.EPERM, errno.EROFS, getattr(errno, "ENOTCAPABLE", 76)}
     def open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None,
              closefd=True, opener=None):

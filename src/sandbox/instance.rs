@@ -161,7 +161,6 @@ impl Instance {
                 .install_driver(turn, alloc, memory)
                 .await
                 .map_err(SandboxError::Setup)?;
-            instance.install_open_in_template().await?;
         }
         Ok(instance)
     }

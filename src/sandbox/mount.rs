@@ -66,21 +66,6 @@ impl Instance {
         Ok(())
     }
 
-    /// [`files::OPEN_SHIM`] as a turn of the CPython driver, in the template: `open`'s errors
-    /// then say where files live in every call, whether or not it brings files, at no cost per
-    /// call.
-    pub(crate) async fn install_open_in_template(&mut self) -> Result<(), SandboxError> {
-        let policy = Arc::new(ImportPolicy::with_extra(files::OPEN_SHIM_IMPORTS));
-        let status = self.driver_turn(files::OPEN_SHIM, &policy).await?;
-        let (_, stderr) = self.take_output();
-        if status != 0 {
-            let why = String::from_utf8_lossy(&stderr);
-            let e = wasmtime::format_err!("the file layer did not install: {why}");
-            return Err(SandboxError::Setup(e));
-        }
-        Ok(())
-    }
-
     /// The files the code wrote under `/out`, in path order.
     pub(crate) fn output_files(&self) -> Vec<OutputFile> {
         let Some(folder) = self.store.data().files.folder() else {
