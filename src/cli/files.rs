@@ -3,13 +3,12 @@
 //! written only inside DIR, as regular files and real folders: a symbolic link or anything else
 //! at a name on the way is refused, never followed, so nothing lands outside DIR.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
+use cap_fs_ext::DirExt;
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, OpenOptions};
+use cap_std::fs::Dir;
 
 use crate::outcome::RunResult;
 use crate::sandbox::files::{FileLimits, InputFiles};
@@ -96,14 +95,5 @@ fn write_one(root: &Dir, relative: &str, data: &[u8]) -> anyhow::Result<()> {
         }
         dir = dir.open_dir_nofollow(folder)?;
     }
-    match dir.symlink_metadata(name) {
-        Ok(meta) if !meta.is_file() => bail!("it exists and is not a regular file"),
-        _ => {}
-    }
-    let mut options = OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    options.follow(FollowSymlinks::No);
-    let mut file = dir.open_with(name, &options)?;
-    file.write_all(data)?;
-    Ok(())
+    super::plots::write_one(&dir, name, data)
 }

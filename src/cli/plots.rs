@@ -64,7 +64,7 @@ fn write_all(dir: &Path, before: usize, result: &RunResult) -> anyhow::Result<us
 
 /// Writes `data` as the regular file `name` in `dir`, replacing one that is there; anything
 /// else at that name (a link, a directory, a pipe) is refused, not followed or opened.
-fn write_one(dir: &Dir, name: &str, data: &[u8]) -> anyhow::Result<()> {
+pub(super) fn write_one(dir: &Dir, name: &str, data: &[u8]) -> anyhow::Result<()> {
     match dir.symlink_metadata(name) {
         Ok(meta) if !meta.is_file() => bail!("it exists and is not a regular file"),
         _ => {}
