@@ -109,7 +109,7 @@ fn admits(name: &str, schema: &Value, value: &Value) -> bool {
             // An object's members (the `files` map and its `{"base64"}` values); they say nothing
             // of values that are not objects.
             "properties" | "required" | "additionalProperties" => {
-                if let Some(members) = value.as_object() {
+                if let (Some(schema), Some(members)) = (schema.as_object(), value.as_object()) {
                     admitted &= admits_members(name, schema, members);
                 }
             }
@@ -123,7 +123,7 @@ fn admits(name: &str, schema: &Value, value: &Value) -> bool {
 
 /// Whether the members of an object meet `schema`'s `properties`, `required` and
 /// `additionalProperties`.
-fn admits_members(name: &str, schema: &Value, members: &JsonObject) -> bool {
+fn admits_members(name: &str, schema: &JsonObject, members: &JsonObject) -> bool {
     let properties = schema.get("properties").and_then(Value::as_object);
     let required = schema
         .get("required")
@@ -148,9 +148,10 @@ fn admits_members(name: &str, schema: &Value, members: &JsonObject) -> bool {
 /// Whether `arguments` meet `schema`, the tool's input schema: every required argument given, none
 /// that it does not list, each of a type and in a range it admits.
 pub fn conforms(schema: &JsonObject, arguments: &JsonObject) -> bool {
-    let properties = schema["properties"]
-        .as_object()
-        .expect("the schema lists the arguments");
+    assert!(
+        schema["properties"].is_object(),
+        "the schema lists the arguments"
+    );
     for (keyword, value) in schema {
         match keyword.as_str() {
             "$schema" | "title" | "description" | "properties" | "required" => {}
@@ -159,18 +160,7 @@ pub fn conforms(schema: &JsonObject, arguments: &JsonObject) -> bool {
             other => panic!("the oracle does not know the keyword {other:?}: {value}"),
         }
     }
-    let required = schema
-        .get("required")
-        .and_then(Value::as_array)
-        .map_or(&[][..], Vec::as_slice);
-    required
-        .iter()
-        .all(|name| arguments.contains_key(name.as_str().expect("a property name")))
-        && arguments.iter().all(|(name, value)| {
-            properties
-                .get(name)
-                .is_some_and(|schema| admits(name, schema, value))
-        })
+    admits_members("arguments", schema, arguments)
 }
 
 /// `run_python`'s arguments: any JSON object is either accepted or refused with an error, and
