@@ -17,18 +17,8 @@
 # machine's is older, the tools from npx (pinned below).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-node=$("$root/scripts/node22.sh")
-PATH="$(dirname "$node"):$PATH"
-export PATH
 conformance=@modelcontextprotocol/conformance@0.2.0-alpha.12
-inspector=@modelcontextprotocol/inspector@2.12.0
-server=${SAFE_PYTHON_MCP:-}
-if [[ -z $server ]]; then
-  cargo build --locked --quiet --manifest-path "$root/Cargo.toml" --bin safe-python-mcp
-  server=$root/target/debug/safe-python-mcp
-fi
-# A first start compiles the sandbox; the tools would time out waiting for it.
-"$server" --check > /dev/null
+source "$root/scripts/inspector-lib.sh"
 
 work=$(mktemp -d)
 pids=()
@@ -168,26 +158,12 @@ done
 inspect() {
   local name=$1
   shift
-  if ! npx --yes "$inspector" --cli --format json "$@" > "$work/$name.out" 2> "$work/$name.err"; then
-    fail "inspector $name: $(cat "$work/$name.err")"
-    return 1
-  fi
-  if [[ -s $work/$name.err ]]; then
-    fail "inspector $name warned: $(cat "$work/$name.err")"
-    return 1
-  fi
+  inspector_cli "$work/$name.out" "$@" || { fail "inspector $name"; return 1; }
 }
 
 # expect NAME JS: JS, evaluated with `r` the result of NAME, must hold.
 expect() {
-  node -e '
-    const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
-    let held;
-    try { held = eval(process.argv[2]); } catch { held = false; }
-    if (!held) {
-      console.error(`expected ${process.argv[2]} in ${JSON.stringify(r).slice(0, 2000)}`);
-      process.exit(1);
-    }' "$work/$1.out" "$2" || fail "inspector $1: the result"
+  inspector_expect "$work/$1.out" "$2" || fail "inspector $1: the result"
 }
 
 for era in legacy modern; do

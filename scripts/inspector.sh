@@ -13,16 +13,7 @@
 # machine's is older, Inspector from npx.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-node=$("$root/scripts/node22.sh")
-PATH="$(dirname "$node"):$PATH"
-export PATH
-server=${SAFE_PYTHON_MCP:-}
-if [[ -z $server ]]; then
-  cargo build --locked --quiet --manifest-path "$root/Cargo.toml" --bin safe-python-mcp
-  server=$root/target/debug/safe-python-mcp
-fi
-# A first start compiles the sandbox, which takes longer than Inspector waits for a reply.
-"$server" --check > /dev/null
+source "$root/scripts/inspector-lib.sh"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -31,29 +22,13 @@ trap 'rm -rf "$work"' EXIT
 inspect() {
   local era=$1
   shift
-  if ! npx --yes @modelcontextprotocol/inspector@2.12 --cli -e SAFE_PYTHON_LOG=error \
-    --protocol-era "$era" --format json "$@" "$server" > "$work/out" 2> "$work/err"; then
-    echo "inspector.sh: $era $*: Inspector failed:" >&2
-    cat "$work/err" >&2
-    return 1
-  fi
-  if [[ -s $work/err ]]; then
-    echo "inspector.sh: $era $*: Inspector warned:" >&2
-    cat "$work/err" >&2
-    return 1
-  fi
+  inspector_cli "$work/out" -e SAFE_PYTHON_LOG=error --protocol-era "$era" "$@" "$server" ||
+    { echo "inspector.sh: $era $*: failed" >&2; return 1; }
 }
 
-# expect JS: evaluates JS with `r`, the last result; fails with the result shown if it is false.
+# expect JS: JS, evaluated with `r` the last result, must hold.
 expect() {
-  node -e '
-    const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
-    let held;
-    try { held = eval(process.argv[2]); } catch { held = false; }
-    if (!held) {
-      console.error(`inspector.sh: expected ${process.argv[2]} in ${JSON.stringify(r).slice(0, 2000)}`);
-      process.exit(1);
-    }' "$work/out" "$1"
+  inspector_expect "$work/out" "$1" || { echo "inspector.sh: the result" >&2; return 1; }
 }
 
 for era in legacy modern; do
