@@ -10,22 +10,29 @@
 //! `__globals__`, no closure cells), and the state that matters (the import trust set, the request,
 //! the cut bounds) lives in Rust where Python cannot reach it.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashSet;
 
+use ruff_source_file::SourceFileBuilder;
 use rustpython::vm::builtins::{
     PyBaseExceptionRef, PyClassMethod, PyCode, PyDict, PyFunction, PyList, PyModule,
     PyStaticMethod, PyStr, PyTuple, PyType,
 };
 use rustpython::vm::bytecode::CodeFlags;
+use rustpython::vm::compiler::codegen::compile::compile_top;
+use rustpython::vm::compiler::codegen::error::{CodegenError, CodegenErrorType};
+use rustpython::vm::compiler::{self, CompileOpts, Mode, ast};
 use rustpython::vm::frame::FrameObjectRef;
-use rustpython::vm::function::{FuncArgs, KwArgs};
+use rustpython::vm::function::FuncArgs;
 use rustpython::vm::scope::Scope;
 use rustpython::vm::{
     AsObject, Interpreter, PyObjectRef, PyRef, PyResult, Settings, TryFromObject, VirtualMachine,
 };
 use rustpython::{InterpreterBuilder, InterpreterBuilderExt};
 use safe_python_protocol::{self as protocol, PythonError, Report, Request};
+
+mod last_value;
+use last_value::{Plan, Reading};
 
 #[link(wasm_import_module = "safe_python_v3")]
 unsafe extern "C" {
@@ -72,40 +79,25 @@ const PRELOADED: &[&str] = &[
     "textwrap",
 ];
 
-/// Hidden names the final statement's rewrite stores into; no Python source can spell them.
-const RESULT: &str = "<result>";
-const BASE: &str = "<base>";
-const INDEX: &str = "<index>";
-
 /// Native objects the driver uses, fetched once at initialisation so that user code replacing a
 /// module attribute later changes nothing the driver calls.
 struct Driver {
-    compile: PyObjectRef,
     format_exception: PyObjectRef,
     linecache: PyObjectRef,
     random_inst: PyObjectRef,
     /// `_random.Random.seed`, the native seeding under `random.Random.seed`.
     seed: PyObjectRef,
-    ast: Ast,
-    /// The `__main__` module of this instance and its namespace, made by its first run and kept
-    /// by the later ones.
-    main: RefCell<Option<(PyObjectRef, PyRef<PyDict>)>>,
+    /// The `__main__` module and its namespace, made at initialisation (so every instance starts
+    /// with one) and kept by the runs of a session.
+    main: (PyObjectRef, PyRef<PyDict>),
+    /// Whether this instance's `random` was reseeded: its first run does it.
+    seeded: Cell<bool>,
+    /// `sys.stdout` and `sys.stderr` as the interpreter made them: unbuffered and write-through,
+    /// so that, while code has not replaced or reconfigured them, they hold nothing to flush.
+    stdio: [PyObjectRef; 2],
     /// The event loop that runs top-level `await`: one per instance, so that a session's tasks
     /// and queues outlive the call that made them.
     event_loop: RefCell<Option<PyObjectRef>>,
-}
-
-/// The `_ast` node classes the final statement's rewrite builds.
-struct Ast {
-    module: PyObjectRef,
-    assign: PyObjectRef,
-    aug_assign: PyObjectRef,
-    ann_assign: PyObjectRef,
-    name: PyObjectRef,
-    attribute: PyObjectRef,
-    subscript: PyObjectRef,
-    store: PyObjectRef,
-    load: PyObjectRef,
 }
 
 struct Guest {
@@ -158,35 +150,49 @@ fn prepare(vm: &VirtualMachine) -> PyResult<Driver> {
         vm.import(*name, 0)?;
     }
     let module = |name: &'static str| vm.import(name, 0);
-    let ast = module("_ast")?;
-    let node = |name: &'static str| ast.get_attr(name, vm);
+    let main_globals = vm.new_scope_with_main()?.globals;
+    let main_module = vm
+        .sys_module
+        .get_attr("modules", vm)?
+        .get_item("__main__", vm)?;
     let driver = Driver {
-        compile: vm.builtins.get_attr("compile", vm)?,
         format_exception: module("traceback")?.get_attr("format_exception", vm)?,
         linecache: module("linecache")?.get_attr("cache", vm)?,
         random_inst: module("random")?.get_attr("_inst", vm)?,
         seed: module("_random")?
             .get_attr("Random", vm)?
             .get_attr("seed", vm)?,
-        ast: Ast {
-            module: node("Module")?,
-            assign: node("Assign")?,
-            aug_assign: node("AugAssign")?,
-            ann_assign: node("AnnAssign")?,
-            name: node("Name")?,
-            attribute: node("Attribute")?,
-            subscript: node("Subscript")?,
-            store: node("Store")?.call((), vm)?,
-            load: node("Load")?.call((), vm)?,
-        },
-        main: RefCell::new(None),
+        main: (main_module, main_globals),
+        seeded: Cell::new(false),
+        stdio: [
+            vm.sys_module.get_attr("stdout", vm)?,
+            vm.sys_module.get_attr("stderr", vm)?,
+        ],
         event_loop: RefCell::new(None),
     };
     install_asyncio(vm)?;
-    deny_files(vm)?;
+    install_open(vm)?;
     trust_loaded_modules(vm)?;
     install_import_policy(vm)?;
+    warm_up(&driver, vm)?;
     Ok(driver)
+}
+
+/// Runs what a call runs (compiling, running, reading the value, flushing, describing an error)
+/// once in a scratch namespace, so that what that path sets up lazily (method caches, interned
+/// names, the compiler's tables, the allocator's free lists) is in the snapshot instead of being
+/// redone by every instance: a fresh run then costs about half the fuel. Imports nothing and
+/// leaves nothing that user code can see.
+fn warm_up(driver: &Driver, vm: &VirtualMachine) -> PyResult<()> {
+    const SOURCE: &str = "x = [1, 'a', (2.0, None)]\nx[0] += 1\ny = {'k': x}\nlen(y)\n";
+    let globals = vm.ctx.new_dict();
+    globals.set_item("__builtins__", vm.builtins.clone().into(), vm)?;
+    driver.execute(SOURCE, "<warm-up>", &globals, vm)?;
+    if let Err(exc) = driver.execute("1 / 0", "<warm-up>", &globals, vm) {
+        driver.describe(&exc, 1 << 10, vm);
+    }
+    driver.flush(vm);
+    Ok(())
 }
 
 /// The asyncio adapter both engines share (an event loop with no sockets or signals), installed
@@ -207,21 +213,90 @@ fn install_asyncio(vm: &VirtualMachine) -> PyResult<()> {
     Ok(())
 }
 
-/// `open` (and `io.open`) raise `PermissionError`. There is no file system behind the sandbox
-/// anyway; this gives a clear message instead of "file not found".
-fn deny_files(vm: &VirtualMachine) -> PyResult<()> {
-    let open = vm.new_function("open", |args: FuncArgs, vm: &VirtualMachine| -> PyResult {
-        let file = args.args.first().cloned().unwrap_or_else(|| vm.ctx.none());
-        let msg = vm
-            .ctx
-            .new_str("file access is not available in this sandbox");
-        Err(vm.invoke_exception(
-            vm.ctx.exceptions.permission_error,
-            vec![vm.ctx.new_int(13).into(), msg.into(), file],
-        )?)
-    });
+/// `open` (and `io.open`): the real one, over the folders the host serves when a run has files
+/// (`/data`, `/out`), whose errors say where files live. It is native, so tracebacks show no frame
+/// of it and user code reaches nothing through it.
+fn install_open(vm: &VirtualMachine) -> PyResult<()> {
+    let real = vm.import("_io", 0)?.get_attr("open", vm)?;
+    let stat = vm.import("posix", 0)?.get_attr("stat", vm)?;
+    let errno = vm.import("errno", 0)?;
+    // WASI's "capabilities insufficient" (a path outside the folders), which `errno` may not name.
+    const ENOTCAPABLE: i64 = 76;
+    let mut denied = vec![ENOTCAPABLE];
+    for name in ["EACCES", "EPERM", "EROFS"] {
+        denied.push(errno.get_attr(name, vm)?.try_into_value::<i64>(vm)?);
+    }
+    let open = vm.new_function(
+        "open",
+        move |args: FuncArgs, vm: &VirtualMachine| -> PyResult {
+            let file = args.args.first().cloned();
+            real.call(args, vm).map_err(|e| {
+                let path = file.filter(|f| !f.fast_isinstance(vm.ctx.types.int_type));
+                match path {
+                    Some(path) => explain(e, path, &denied, &stat, vm),
+                    None => e,
+                }
+            })
+        },
+    );
     vm.builtins.as_object().set_attr("open", open.clone(), vm)?;
     vm.import("io", 0)?.set_attr("open", open, vm)
+}
+
+/// `e` from opening `path`, said again with where files live: `PermissionError` for what may not
+/// be done there, the same class otherwise. Anything else (no `errno`, an unusual subclass)
+/// passes unchanged.
+fn explain(
+    e: PyBaseExceptionRef,
+    path: PyObjectRef,
+    denied: &[i64],
+    stat: &PyObjectRef,
+    vm: &VirtualMachine,
+) -> PyBaseExceptionRef {
+    let os_error = vm.ctx.exceptions.os_error;
+    let (Ok(code), Ok(strerror)) = (
+        e.as_object().get_attr("errno", vm),
+        e.as_object().get_attr("strerror", vm),
+    ) else {
+        return e;
+    };
+    if !e.fast_isinstance(os_error) {
+        return e;
+    }
+    let Ok(number) = code.clone().try_into_value::<i64>(vm) else {
+        return e;
+    };
+    let class = if denied.contains(&number) {
+        vm.ctx.exceptions.permission_error.to_owned()
+    } else {
+        e.class().to_owned()
+    };
+    let mounted = stat.call((protocol::DATA_DIR,), vm).is_ok();
+    let here = if mounted {
+        protocol::FILES_ARE_HERE
+    } else {
+        protocol::NO_FILES_HERE
+    };
+    let strerror = strerror
+        .str(vm)
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // RustPython appends the error's number, which the exception already shows as `[Errno N]`.
+    let strerror = match strerror.rfind(" (os error ") {
+        Some(at) if strerror.ends_with(')') => &strerror[..at],
+        _ => &strerror,
+    };
+    let message = vm.ctx.new_str(format!("{strerror}: {here}"));
+    match vm.invoke_exception(&class, vec![code, message.into(), path]) {
+        Ok(explained) => {
+            let suppress = vm.ctx.true_value.clone();
+            let _ = explained
+                .as_object()
+                .set_attr("__suppress_context__", suppress, vm);
+            explained
+        }
+        Err(_) => e,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -602,6 +677,56 @@ fn host_allows(name: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // One run
 
+/// `source` compiled as written, with the checks, warnings and errors `compile()` gives. The VM's
+/// own path parses the source a second time to look for invalid escape sequences and numbers run
+/// into keywords (`1if`); a source that cannot hold either (no backslash, no digit directly
+/// followed by a letter or by `.` and a letter) is compiled directly. Whatever that direct compile
+/// meets (an error, a warning) is left to the VM's path, so that it is reported the same way.
+fn compile_as_written(
+    source: &str,
+    filename: &str,
+    opts: &CompileOpts,
+    vm: &VirtualMachine,
+) -> PyResult<PyRef<PyCode>> {
+    if !may_warn_early(source) {
+        let mut on_warning = |location, _message| {
+            Err(CodegenError {
+                location: Some(location),
+                end_location: None,
+                error: CodegenErrorType::SyntaxError(String::new()),
+                source_path: filename.to_owned(),
+            })
+        };
+        let compiled = compiler::compile_with_syntax_warning_handler(
+            source,
+            Mode::Exec,
+            filename,
+            opts.clone(),
+            &mut on_warning,
+        );
+        if let Ok(code) = compiled {
+            return Ok(PyCode::new_ref_from_bytecode(vm, code));
+        }
+    }
+    vm.compile_with_opts(source, Mode::Exec, filename, opts.clone())
+        .map_err(|e| e.into_pyexception(vm, Some(source)))
+}
+
+/// Whether `source` may hold what the VM warns about before compiling (see
+/// [`compile_as_written`]).
+fn may_warn_early(source: &str) -> bool {
+    let bytes = source.as_bytes();
+    bytes.iter().enumerate().any(|(i, &b)| match b {
+        b'\\' => true,
+        b'0'..=b'9' => match bytes.get(i + 1) {
+            Some(next) if next.is_ascii_alphabetic() => true,
+            Some(b'.') => bytes.get(i + 2).is_some_and(u8::is_ascii_alphabetic),
+            _ => false,
+        },
+        _ => false,
+    })
+}
+
 fn read_request() -> Result<Request, String> {
     // SAFETY: plain host calls; the host writes exactly `len` bytes into the buffer we own.
     let bytes = unsafe {
@@ -648,7 +773,7 @@ impl Driver {
                 _ => None,
             })
         });
-        flush(vm);
+        self.flush(vm);
         match outcome {
             Ok(result) => Report {
                 result: result.map(|r| clip(&r, bound)),
@@ -661,34 +786,50 @@ impl Driver {
         }
     }
 
-    /// This instance's `__main__` namespace; the first run makes it and reseeds `random`.
-    fn main(&self, vm: &VirtualMachine) -> PyResult<PyRef<PyDict>> {
-        let existing = self.main.borrow().clone();
-        let modules = vm.sys_module.get_attr("modules", vm)?;
-        let (module, globals) = match existing {
-            Some(main) => main,
-            None => {
-                self.reseed(vm)?;
-                let scope = vm.new_scope_with_main()?;
-                let module = modules.get_item("__main__", vm)?;
-                let main = (module, scope.globals);
-                *self.main.borrow_mut() = Some(main.clone());
-                main
+    /// Flushes `sys.stdout` and `sys.stderr`, so that all the code printed reaches the host before
+    /// the report; skipped for a stream that is still the interpreter's own and still writes
+    /// through, which holds nothing.
+    fn flush(&self, vm: &VirtualMachine) {
+        for (name, original) in ["stdout", "stderr"].into_iter().zip(&self.stdio) {
+            let Ok(stream) = vm.sys_module.get_attr(name, vm) else {
+                continue;
+            };
+            let writes_through = || {
+                stream
+                    .get_attr("write_through", vm)
+                    .and_then(|w| w.try_to_bool(vm))
+                    .unwrap_or(false)
+            };
+            if !(stream.is(original) && writes_through()) {
+                let _ = vm.call_method(&stream, "flush", ());
             }
-        };
+        }
+    }
+
+    /// The `__main__` namespace; the instance's first run reseeds `random` first.
+    fn main(&self, vm: &VirtualMachine) -> PyResult<PyRef<PyDict>> {
+        if !self.seeded.replace(true) {
+            self.reseed(vm)?;
+        }
+        let (module, globals) = &self.main;
         // User code may have replaced or removed it in an earlier run of the session.
-        modules.set_item("__main__", module, vm)?;
-        Ok(globals)
+        let modules = vm.sys_module.get_attr("modules", vm)?;
+        modules.set_item("__main__", module.clone(), vm)?;
+        Ok(globals.clone())
     }
 
     /// `random.seed(None)` and `random.Random()` draw from the interpreter's thread RNG, whose
     /// state the snapshot froze: reseed it from WASI's `random_get` (the host's entropy), then the
-    /// module's shared instance from it.
+    /// module's shared instance from it, with a 128-bit seed (as `random.seed(n)` does; `seed()`
+    /// would draw 2,496 bytes and cost several times as much).
     fn reseed(&self, vm: &VirtualMachine) -> PyResult<()> {
-        rand::rng()
-            .reseed()
+        use rand::Rng as _;
+        let mut rng = rand::rng();
+        rng.reseed()
             .map_err(|e| vm.new_os_error(format!("cannot reseed the random generator: {e}")))?;
-        self.seed.call((self.random_inst.clone(),), vm)?;
+        let seed = (u128::from(rng.next_u64()) << 64) | u128::from(rng.next_u64());
+        self.seed
+            .call((self.random_inst.clone(), vm.ctx.new_int(seed)), vm)?;
         Ok(())
     }
 
@@ -716,43 +857,21 @@ impl Driver {
         globals: &PyRef<PyDict>,
         vm: &VirtualMachine,
     ) -> PyResult<Option<PyObjectRef>> {
-        const ONLY_AST: i32 = 0x400;
-        const TOP_LEVEL_AWAIT: i32 = 0x2000;
-        let tree = self.compile.call(
-            (
-                source.to_owned(),
-                filename.to_owned(),
-                "exec",
-                ONLY_AST | TOP_LEVEL_AWAIT,
-            ),
-            vm,
-        )?;
-        let body = tree.get_attr("body", vm)?;
-        let mut stmts: Vec<PyObjectRef> = body.try_to_value(vm)?;
-        let reading = match stmts.pop() {
-            Some(last) => {
-                let (replacement, reading) = self.rewrite_last(&last, vm)?;
-                stmts.extend(replacement);
-                reading
+        let mut opts = vm.compile_opts();
+        opts.allow_top_level_await = true;
+        let as_written = compile_as_written(source, filename, &opts, vm)?;
+        let (code, reading) = match last_value::plan(source) {
+            Plan::AsWritten(reading) => (as_written, reading),
+            Plan::Rewritten(module) => {
+                let file = SourceFileBuilder::new(filename, source).finish();
+                // What compiled as written compiles rewritten; were it not to, it would run as
+                // written, without a value.
+                match compile_top(ast::Mod::Module(module), file, Mode::Exec, opts) {
+                    Ok(code) => (PyCode::new_ref_from_bytecode(vm, code), Reading::Hidden),
+                    Err(_) => (as_written, Reading::Nothing),
+                }
             }
-            None => Reading::Nothing,
         };
-        let fields: KwArgs = [
-            ("body", vm.ctx.new_list(stmts).into()),
-            ("type_ignores", vm.ctx.new_list(vec![]).into()),
-        ]
-        .into_iter()
-        .collect::<KwArgs>();
-        let module = self
-            .ast
-            .module
-            .call(FuncArgs::new(Vec::<PyObjectRef>::new(), fields), vm)?;
-        let code = self
-            .compile
-            .call((module, filename.to_owned(), "exec", TOP_LEVEL_AWAIT), vm)?;
-        let code = code
-            .downcast::<PyCode>()
-            .map_err(|_| vm.new_type_error("compile() did not return code"))?;
         let awaits = code.flags.contains(CodeFlags::COROUTINE);
         let event_loop = if awaits {
             Some(self.event_loop(vm)?)
@@ -767,7 +886,7 @@ impl Driver {
                 None => Ok(coroutine),
             });
         let value = reading.read(globals, vm);
-        for hidden in [RESULT, BASE, INDEX] {
+        for hidden in last_value::HIDDEN {
             let _ = globals.del_item(hidden, vm);
         }
         ran?;
@@ -799,210 +918,6 @@ impl Driver {
         let fresh = vm.call_method(&asyncio, "new_event_loop", ())?;
         *self.event_loop.borrow_mut() = Some(fresh.clone());
         Ok(fresh)
-    }
-
-    /// The statements that replace the last one, and how to read its value afterwards. Each
-    /// sub-expression of the original statement is still evaluated once, in CPython's order.
-    fn rewrite_last(
-        &self,
-        last: &PyObjectRef,
-        vm: &VirtualMachine,
-    ) -> PyResult<(Vec<PyObjectRef>, Reading)> {
-        let a = &self.ast;
-        let kind = last.class().name().to_string();
-        let field = |name: &'static str| last.get_attr(name, vm);
-        let keep = |reading| Ok((vec![last.clone()], reading));
-        match kind.as_str() {
-            "Expr" => {
-                let stmt = self.assign(RESULT, field("value")?, last, vm)?;
-                Ok((vec![stmt], Reading::Hidden))
-            }
-            "Assign" => {
-                let targets: Vec<PyObjectRef> = field("targets")?.try_to_value(vm)?;
-                let Some(first) = targets.first() else {
-                    return keep(Reading::Nothing);
-                };
-                if let Some(reading) = Reading::of_names(first, vm)? {
-                    return keep(reading);
-                }
-                // `a.x = v` / `a[i] = v`: evaluate `v` into a hidden name, then assign that.
-                let value = self.assign(RESULT, field("value")?, last, vm)?;
-                let stmt = self.located(
-                    &a.assign,
-                    vec![
-                        ("targets", vm.ctx.new_list(targets).into()),
-                        ("value", self.load(RESULT, last, vm)?),
-                    ],
-                    last,
-                    vm,
-                )?;
-                Ok((vec![value, stmt], Reading::Hidden))
-            }
-            "AnnAssign" => {
-                let value = field("value")?;
-                if vm.is_none(&value) {
-                    return keep(Reading::Nothing);
-                }
-                let target = field("target")?;
-                if let Some(reading) = Reading::of_names(&target, vm)? {
-                    return keep(reading);
-                }
-                let first = self.assign(RESULT, value, last, vm)?;
-                let stmt = self.located(
-                    &a.ann_assign,
-                    vec![
-                        ("target", target),
-                        ("annotation", field("annotation")?),
-                        ("value", self.load(RESULT, last, vm)?),
-                        ("simple", field("simple")?),
-                    ],
-                    last,
-                    vm,
-                )?;
-                Ok((vec![first, stmt], Reading::Hidden))
-            }
-            "AugAssign" => {
-                let target = field("target")?;
-                if let Some(reading) = Reading::of_names(&target, vm)? {
-                    return keep(reading);
-                }
-                self.rewrite_aug_assign(last, target, vm)
-            }
-            _ => keep(Reading::Nothing),
-        }
-    }
-
-    /// `base.attr op= v` becomes `<base> = base; <result> = <base>.attr; <result> op= v;
-    /// <base>.attr = <result>` (and likewise for `base[index]`): the same loads, calls and stores
-    /// as the original, in the same order, with the stored value left in `<result>`.
-    fn rewrite_aug_assign(
-        &self,
-        last: &PyObjectRef,
-        target: PyObjectRef,
-        vm: &VirtualMachine,
-    ) -> PyResult<(Vec<PyObjectRef>, Reading)> {
-        let a = &self.ast;
-        let kind = target.class().name().to_string();
-        let base = target.get_attr("value", vm)?;
-        let mut stmts = vec![self.assign(BASE, base, last, vm)?];
-        let (load, store) = match kind.as_str() {
-            "Attribute" => {
-                let attr = target.get_attr("attr", vm)?;
-                let node = |ctx: &PyObjectRef| -> PyResult {
-                    self.located(
-                        &a.attribute,
-                        vec![
-                            ("value", self.load(BASE, last, vm)?),
-                            ("attr", attr.clone()),
-                            ("ctx", ctx.clone()),
-                        ],
-                        last,
-                        vm,
-                    )
-                };
-                (node(&a.load)?, node(&a.store)?)
-            }
-            "Subscript" => {
-                let index = target.get_attr("slice", vm)?;
-                if index.class().name().to_string() == "Slice" {
-                    // A slice is not an expression that can be stored: leave it alone.
-                    return Ok((vec![last.clone()], Reading::Nothing));
-                }
-                stmts.push(self.assign(INDEX, index, last, vm)?);
-                let node = |ctx: &PyObjectRef| -> PyResult {
-                    self.located(
-                        &a.subscript,
-                        vec![
-                            ("value", self.load(BASE, last, vm)?),
-                            ("slice", self.load(INDEX, last, vm)?),
-                            ("ctx", ctx.clone()),
-                        ],
-                        last,
-                        vm,
-                    )
-                };
-                (node(&a.load)?, node(&a.store)?)
-            }
-            _ => return Ok((vec![last.clone()], Reading::Nothing)),
-        };
-        stmts.push(self.assign(RESULT, load, last, vm)?);
-        stmts.push(self.located(
-            &a.aug_assign,
-            vec![
-                ("target", self.name(RESULT, &a.store, last, vm)?),
-                ("op", last.get_attr("op", vm)?),
-                ("value", last.get_attr("value", vm)?),
-            ],
-            last,
-            vm,
-        )?);
-        stmts.push(self.located(
-            &a.assign,
-            vec![
-                ("targets", vm.ctx.new_list(vec![store]).into()),
-                ("value", self.load(RESULT, last, vm)?),
-            ],
-            last,
-            vm,
-        )?);
-        Ok((stmts, Reading::Hidden))
-    }
-
-    /// A node of class `class` with `fields`, placed where `at` is in the source.
-    fn located(
-        &self,
-        class: &PyObjectRef,
-        fields: Vec<(&str, PyObjectRef)>,
-        at: &PyObjectRef,
-        vm: &VirtualMachine,
-    ) -> PyResult {
-        // Every field is given to the constructor: a node made without its required fields is
-        // deprecated (a warning on the user's stderr).
-        let mut kwargs: Vec<(String, PyObjectRef)> =
-            fields.into_iter().map(|(n, v)| (n.to_owned(), v)).collect();
-        for name in ["lineno", "col_offset", "end_lineno", "end_col_offset"] {
-            kwargs.push((name.to_owned(), at.get_attr(name, vm)?));
-        }
-        class.call(
-            FuncArgs::new(
-                Vec::<PyObjectRef>::new(),
-                kwargs.into_iter().collect::<KwArgs>(),
-            ),
-            vm,
-        )
-    }
-
-    fn name(&self, id: &str, ctx: &PyObjectRef, at: &PyObjectRef, vm: &VirtualMachine) -> PyResult {
-        self.located(
-            &self.ast.name,
-            vec![("id", vm.ctx.new_str(id).into()), ("ctx", ctx.clone())],
-            at,
-            vm,
-        )
-    }
-
-    fn load(&self, id: &str, at: &PyObjectRef, vm: &VirtualMachine) -> PyResult {
-        self.name(id, &self.ast.load, at, vm)
-    }
-
-    /// `id = value`, placed at `at`.
-    fn assign(
-        &self,
-        id: &str,
-        value: PyObjectRef,
-        at: &PyObjectRef,
-        vm: &VirtualMachine,
-    ) -> PyResult {
-        let target = self.name(id, &self.ast.store, at, vm)?;
-        self.located(
-            &self.ast.assign,
-            vec![
-                ("targets", vm.ctx.new_list(vec![target]).into()),
-                ("value", value),
-            ],
-            at,
-            vm,
-        )
     }
 
     /// The uncaught exception as the report describes it, each field cut to `bound`.
@@ -1046,73 +961,6 @@ impl Driver {
             }
         }
         Ok(out)
-    }
-}
-
-/// How the value of the last statement is read once the code has run.
-enum Reading {
-    Nothing,
-    /// The rewrite left it in the hidden name [`RESULT`].
-    Hidden,
-    /// `x = ...`: the global `x`.
-    Name(String),
-    /// `a, b = ...`: the globals `a` and `b`, as a tuple.
-    Names(Vec<String>),
-}
-
-impl Reading {
-    /// A read for a target made of plain names, `None` for any other target.
-    fn of_names(target: &PyObjectRef, vm: &VirtualMachine) -> PyResult<Option<Reading>> {
-        let id = |node: &PyObjectRef| -> PyResult<Option<String>> {
-            if node.class().name().to_string() != "Name" {
-                return Ok(None);
-            }
-            Ok(Some(
-                node.get_attr("id", vm)?
-                    .str(vm)?
-                    .to_string_lossy()
-                    .into_owned(),
-            ))
-        };
-        if let Some(name) = id(target)? {
-            return Ok(Some(Reading::Name(name)));
-        }
-        let kind = target.class().name().to_string();
-        if kind == "Tuple" || kind == "List" {
-            let elts: Vec<PyObjectRef> = target.get_attr("elts", vm)?.try_to_value(vm)?;
-            let names: Vec<Option<String>> = elts.iter().map(id).collect::<PyResult<_>>()?;
-            if let Some(names) = names.into_iter().collect::<Option<Vec<_>>>() {
-                return Ok(Some(Reading::Names(names)));
-            }
-        }
-        Ok(None)
-    }
-
-    fn read(&self, globals: &PyRef<PyDict>, vm: &VirtualMachine) -> Option<PyObjectRef> {
-        let get = |name: &str| globals.get_item_opt(name, vm).ok().flatten();
-        match self {
-            Reading::Nothing => None,
-            Reading::Hidden => get(RESULT),
-            Reading::Name(name) => get(name),
-            Reading::Names(names) => Some(
-                vm.ctx
-                    .new_tuple(
-                        names
-                            .iter()
-                            .map(|n| get(n).unwrap_or_else(|| vm.ctx.none()))
-                            .collect(),
-                    )
-                    .into(),
-            ),
-        }
-    }
-}
-
-fn flush(vm: &VirtualMachine) {
-    for stream in ["stdout", "stderr"] {
-        if let Ok(s) = vm.sys_module.get_attr(stream, vm) {
-            let _ = vm.call_method(&s, "flush", ());
-        }
     }
 }
 

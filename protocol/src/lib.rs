@@ -89,6 +89,21 @@ pub const fn report_limit(max_field_bytes: u32) -> u32 {
     4 * field + REPORT_OVERHEAD_BYTES
 }
 
+/// Where a run's input files are, read-only.
+pub const DATA_DIR: &str = "/data";
+/// Where a run may write files.
+pub const OUT_DIR: &str = "/out";
+
+/// What an error from `open` adds, on both engines, when the run has its folders: where files
+/// live. The host serves `/data` and `/out` when a run is given files (see the host's
+/// `sandbox::files`); no other path exists in the guest.
+pub const FILES_ARE_HERE: &str =
+    "files are in /data (the input files, read-only) and /out (write files there)";
+
+/// The same for a run that was given no files, and so has neither folder.
+pub const NO_FILES_HERE: &str = "this run was given no files: a run given files reads them \
+     in /data (read-only) and can write files in /out";
+
 /// The modules user code may import unless the host allows more (the Python seed server's
 /// allowlist). The host's policy starts from it; the guest imports these into its snapshot, so that
 /// importing them costs nothing at run time.

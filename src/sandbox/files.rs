@@ -16,10 +16,8 @@ use bytes::Bytes;
 
 use crate::vfs::{Dir, Folder, FolderLimits, TreeBuilder};
 
-/// Where the input files are, read-only.
-pub const DATA_DIR: &str = "/data";
-/// Where the code may write files.
-pub const OUT_DIR: &str = "/out";
+use safe_python_protocol as protocol;
+pub use safe_python_protocol::{DATA_DIR, OUT_DIR};
 
 /// Bounds on the files of a call; each default is stated with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,14 +221,14 @@ pub(crate) fn new_folder(files: &InputFiles) -> Folder {
     Folder::new(files.limits.folder())
 }
 
-/// The Python that makes `open` (and `io.open`) the real one, served by the host's folders,
-/// with errors that say where files live: the RustPython guest's `open` refuses every file.
-/// It runs as a call of its own, before the code's, with the imports it needs allowed.
-pub(crate) const OPEN_SHIM: &str = r#"
+/// The Python that makes the CPython engine's `open` (and `io.open`) say where files live when it
+/// fails, as the RustPython guest's own `open` does. It runs as a call of its own, before the
+/// code's, with the imports it needs allowed; `{here}` is [`protocol::FILES_ARE_HERE`].
+const OPEN_SHIM: &str = r#"
 def _install_files():
     import builtins, errno, io, _io
     real_open = _io.open
-    where = "files are in /data (the input files, read-only) and /out (write files there)"
+    where = "{here}"
     denied = {errno.EACCES, errno.EPERM, errno.EROFS, getattr(errno, "ENOTCAPABLE", 76)}
     def open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None,
              closefd=True, opener=None):
@@ -247,6 +245,11 @@ def _install_files():
 _install_files()
 del _install_files
 "#;
+
+/// [`OPEN_SHIM`] with its wording filled in.
+pub(crate) fn open_shim() -> String {
+    OPEN_SHIM.replace("{here}", protocol::FILES_ARE_HERE)
+}
 
 /// What [`OPEN_SHIM`] imports.
 pub(crate) const OPEN_SHIM_IMPORTS: [&str; 4] = ["builtins", "errno", "io", "_io"];

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use wasmtime::Memory;
 
 use super::files::{self, DATA_DIR, InputFiles, OUT_DIR};
-use super::{Instance, RunOptions, Sandbox, SandboxError};
+use super::{Guest, Instance, RunOptions, Sandbox, SandboxError};
 use crate::limits::Limits;
 use crate::outcome::OutputFile;
 use crate::policy::ImportPolicy;
@@ -41,19 +41,23 @@ impl Instance {
         Ok(())
     }
 
-    /// Gives the code a working `open` ([`files::OPEN_SHIM`]), as a call of its own.
+    /// Makes the CPython engine's `open` say where files live ([`files::open_shim`]), as a call
+    /// of its own. The RustPython guest's `open` does so natively: nothing to do there.
     pub(crate) async fn install_open(
         &mut self,
         sandbox: &Sandbox,
         limits: &Limits,
     ) -> Result<(), SandboxError> {
+        if let Guest::RustPython = sandbox.guest {
+            return Ok(());
+        }
         let options = RunOptions {
             limits: limits.clone(),
             policy: Arc::new(ImportPolicy::with_extra(files::OPEN_SHIM_IMPORTS)),
             ..RunOptions::default()
         };
         let call = self
-            .call(sandbox, files::OPEN_SHIM, "<files>", &options)
+            .call(sandbox, &files::open_shim(), "<files>", &options)
             .await?;
         if call.broken || call.result.is_failure() {
             let why = match call.result.error() {

@@ -165,9 +165,13 @@ async fn without_files_open_is_refused_and_nothing_is_listed() {
     assert_eq!(reply.is_error, Some(true));
     let v = structured(&reply);
     assert!(v.get("files").is_none(), "{v}");
-    // The guest's own refusal: its text cannot name /data until the guest is rebuilt, and the
-    // tool's description tells the model to pass `files` for them.
-    assert_eq!(v["error"]["type"], "PermissionError", "{v}");
+    // There is no /out without files, and the error says how to get one.
+    assert_eq!(v["error"]["type"], "FileNotFoundError", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(safe_python_protocol::NO_FILES_HERE),
+        "{message}"
+    );
 }
 
 #[tokio::test]
