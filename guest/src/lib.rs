@@ -819,15 +819,18 @@ impl Driver {
     }
 
     /// `random.seed(None)` and `random.Random()` draw from the interpreter's thread RNG, whose
-    /// state the snapshot froze: reseed it from WASI's `random_get` (the host's entropy), then the
-    /// module's shared instance from it, with a 128-bit seed (as `random.seed(n)` does; `seed()`
-    /// would draw 2,496 bytes and cost several times as much).
+    /// state the snapshot froze: reseed it from WASI's `random_get` (the host's entropy), and the
+    /// module's shared instance with a 128-bit seed from there too, as `random.seed(n)` does.
+    /// Cheap on purpose, since every fresh run pays it: the thread RNG computes its next block
+    /// only when asked for numbers, and `seed()` would draw 2,496 bytes through it.
     fn reseed(&self, vm: &VirtualMachine) -> PyResult<()> {
-        use rand::Rng as _;
-        let mut rng = rand::rng();
-        rng.reseed()
-            .map_err(|e| vm.new_os_error(format!("cannot reseed the random generator: {e}")))?;
-        let seed = (u128::from(rng.next_u64()) << 64) | u128::from(rng.next_u64());
+        use rand::TryRng as _;
+        let failed = |e| vm.new_os_error(format!("cannot reseed the random generator: {e}"));
+        rand::rng().reseed().map_err(failed)?;
+        let mut system = rand::rngs::SysRng;
+        let high = system.try_next_u64().map_err(failed)?;
+        let low = system.try_next_u64().map_err(failed)?;
+        let seed = (u128::from(high) << 64) | u128::from(low);
         self.seed
             .call((self.random_inst.clone(), vm.ctx.new_int(seed)), vm)?;
         Ok(())
