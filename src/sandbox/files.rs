@@ -222,14 +222,19 @@ pub(crate) fn new_folder(files: &InputFiles) -> Folder {
 }
 
 /// The Python that makes the CPython engine's `open` (and `io.open`) say where files live when it
-/// fails, as the RustPython guest's own `open` does. It runs as a call of its own, before the
-/// code's, with the imports it needs allowed; `{here}` is [`protocol::FILES_ARE_HERE`].
+/// fails, as the RustPython guest's own `open` does. `{here}` and `{nowhere}` are
+/// [`protocol::FILES_ARE_HERE`] and [`protocol::NO_FILES_HERE`].
 const OPEN_SHIM: &str = r#"
 def _install_files():
-    import builtins, errno, io, _io
-    real_open = _io.open
-    where = "{here}"
+    import builtins, errno, io, _io, posix
+    real_open, stat = _io.open, posix.stat
     denied = {errno.EACCES, errno.EPERM, errno.EROFS, getattr(errno, "ENOTCAPABLE", 76)}
+    def where():
+        try:
+            stat("/data")
+        except OSError:
+            return "{nowhere}"
+        return "{here}"
     def open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None,
              closefd=True, opener=None):
         try:
@@ -238,21 +243,27 @@ def _install_files():
             if isinstance(file, int) or e.errno is None:
                 raise
             kind = PermissionError if e.errno in denied else type(e)
-            raise kind(e.errno, "%s: %s" % (e.strerror, where), file) from None
+            raise kind(e.errno, "%s: %s" % (e.strerror, where()), file) from None
     open.__doc__ = real_open.__doc__
     builtins.open = open
     io.open = open
 _install_files()
-del _install_files
 "#;
 
-/// [`OPEN_SHIM`] with its wording filled in.
-pub(crate) fn open_shim() -> String {
-    OPEN_SHIM.replace("{here}", protocol::FILES_ARE_HERE)
+/// A driver turn that installs [`OPEN_SHIM`] into the CPython engine's template, so that every
+/// instance has it. The shim runs in a namespace of its own: its `open.__globals__` is that
+/// namespace, not the turn's, which user code must not reach.
+pub(crate) fn open_shim_turn() -> String {
+    let shim = OPEN_SHIM
+        .replace("{here}", protocol::FILES_ARE_HERE)
+        .replace("{nowhere}", protocol::NO_FILES_HERE);
+    // Rust's escaping of this ASCII text is a valid Python string literal.
+    debug_assert!(shim.is_ascii());
+    format!("exec(compile({shim:?}, '<files>', 'exec'), {{'__builtins__': __builtins__}})\n")
 }
 
 /// What [`OPEN_SHIM`] imports.
-pub(crate) const OPEN_SHIM_IMPORTS: [&str; 4] = ["builtins", "errno", "io", "_io"];
+pub(crate) const OPEN_SHIM_IMPORTS: [&str; 5] = ["builtins", "errno", "io", "_io", "posix"];
 
 /// The address of the byte in which the guest's wasi-libc records that it has scanned the
 /// preopens: the first byte `__wasilibc_populate_preopens` loads from a constant address (it

@@ -312,7 +312,6 @@ impl Sandbox {
         if let Some(files) = &options.files {
             let folder = files::new_folder(files);
             instance.mount_files(self, files, folder, true)?;
-            instance.install_open(self, &options.limits).await?;
         }
         let mut result = instance
             .call(self, code, FRESH_FILENAME, options)

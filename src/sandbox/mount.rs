@@ -1,15 +1,12 @@
-//! An instance's files: mounting `/data` and `/out` (see [`super::files`]), installing the
-//! working `open`, and reading back what the code wrote.
-
-use std::sync::Arc;
+//! An instance's files: mounting `/data` and `/out` (see [`super::files`]) and reading back what
+//! the code wrote. `open` works on them as it is: natively on RustPython, and through the shim
+//! in the CPython engine's template ([`super::files::open_shim_turn`]).
 
 use wasmtime::Memory;
 
-use super::files::{self, DATA_DIR, InputFiles, OUT_DIR};
-use super::{Guest, Instance, RunOptions, Sandbox, SandboxError};
-use crate::limits::Limits;
+use super::files::{DATA_DIR, InputFiles, OUT_DIR};
+use super::{Instance, Sandbox, SandboxError};
 use crate::outcome::OutputFile;
-use crate::policy::ImportPolicy;
 use crate::vfs::Folder;
 
 impl Instance {
@@ -38,35 +35,6 @@ impl Instance {
         let state = self.store.data_mut();
         state.files.replace_tree(DATA_DIR, tree);
         state.input_bytes = inputs.total_bytes();
-        Ok(())
-    }
-
-    /// Makes the CPython engine's `open` say where files live ([`files::open_shim`]), as a call
-    /// of its own. The RustPython guest's `open` does so natively: nothing to do there.
-    pub(crate) async fn install_open(
-        &mut self,
-        sandbox: &Sandbox,
-        limits: &Limits,
-    ) -> Result<(), SandboxError> {
-        if let Guest::RustPython = sandbox.guest {
-            return Ok(());
-        }
-        let options = RunOptions {
-            limits: limits.clone(),
-            policy: Arc::new(ImportPolicy::with_extra(files::OPEN_SHIM_IMPORTS)),
-            ..RunOptions::default()
-        };
-        let call = self
-            .call(sandbox, &files::open_shim(), "<files>", &options)
-            .await?;
-        if call.broken || call.result.is_failure() {
-            let why = match call.result.error() {
-                Some(e) => format!("{}: {}", e.kind, e.message),
-                None => format!("{:?}", call.result.outcome),
-            };
-            let e = wasmtime::format_err!("the file layer did not install: {why}");
-            return Err(SandboxError::Setup(e));
-        }
         Ok(())
     }
 

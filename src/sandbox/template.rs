@@ -17,7 +17,7 @@ use std::iter::empty;
 
 use super::cow::Image;
 use super::snapshot::Snapshot;
-use super::{Guest, Instance, Sandbox, SandboxError, pagemap};
+use super::{Guest, Instance, Sandbox, SandboxError, files, pagemap};
 use crate::limits::Limits;
 use crate::policy::ImportPolicy;
 
@@ -103,7 +103,7 @@ impl Sandbox {
                         tracing::warn!(
                             "{failure}; fresh calls start without the data stack imported"
                         );
-                        (Instance::with_driver(self).await?, Some(failure))
+                        (self.with_open().await?, Some(failure))
                     }
                 };
                 let image = instance.memory().and_then(Image::new);
@@ -186,7 +186,7 @@ impl Sandbox {
     /// An instance with the driver installed and [`Self::preload`] imported, or the first module
     /// that failed to import.
     async fn preloaded_instance(&self) -> Result<Result<Instance, PreloadFailure>, SandboxError> {
-        let mut instance = Instance::with_driver(self).await?;
+        let mut instance = self.with_open().await?;
         // The turn's imports meet the policy as user code's do: it allows the preloads' packages.
         let packages = self.preload.iter().filter_map(|m| m.split('.').next());
         let policy = Arc::new(ImportPolicy::with_extra(packages));
@@ -221,6 +221,23 @@ impl Sandbox {
             }
         }
         Ok(Ok(instance))
+    }
+
+    /// An instance with the driver installed, whose `open` says where files live
+    /// ([`files::open_shim_turn`]): every instance of the engine starts from it.
+    async fn with_open(&self) -> Result<Instance, SandboxError> {
+        let mut instance = Instance::with_driver(self).await?;
+        let policy = Arc::new(ImportPolicy::with_extra(files::OPEN_SHIM_IMPORTS));
+        let status = instance
+            .driver_turn(&files::open_shim_turn(), &policy)
+            .await?;
+        let (_, stderr) = instance.take_output();
+        if status != 0 {
+            let stderr = String::from_utf8_lossy(&stderr);
+            let e = wasmtime::format_err!("the file layer did not install: {}", stderr.trim());
+            return Err(SandboxError::Setup(e));
+        }
+        Ok(instance)
     }
 
     /// `instance`'s memory as the pages that differ from `pristine`'s.

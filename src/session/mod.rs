@@ -105,7 +105,7 @@ impl Session {
         self.save();
         // After the save: a call that is undone takes the files it brought with it.
         if let Some(files) = &options.files {
-            self.add_files(files, options).await?;
+            self.add_files(files)?;
         }
         self.calls += 1;
         let filename = format!("<call {}>", self.calls);
@@ -129,13 +129,8 @@ impl Session {
         })
     }
 
-    /// Adds `files` to the session's input files; the first time, mounts them and `/out`, and
-    /// gives the code a working `open`.
-    async fn add_files(
-        &mut self,
-        files: &InputFiles,
-        options: &RunOptions,
-    ) -> Result<(), SandboxError> {
+    /// Adds `files` to the session's input files; the first time, mounts them and `/out`.
+    fn add_files(&mut self, files: &InputFiles) -> Result<(), SandboxError> {
         if let Some(inputs) = &mut self.inputs {
             let mut merged = inputs.clone();
             merged.merge(files)?;
@@ -147,10 +142,7 @@ impl Session {
         self.instance
             .mount_files(&self.sandbox, files, folder, true)?;
         self.inputs = Some(files.clone());
-        self.state = State::Interrupted;
-        self.instance
-            .install_open(&self.sandbox, &options.limits)
-            .await?;
+        // The mount is the host's; the next snapshot is to hold it.
         self.state = State::Unsaved;
         Ok(())
     }

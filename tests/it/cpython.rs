@@ -227,6 +227,13 @@ fn cpython_sees_no_host_file() {
             ["FileNotFoundError", "PermissionError", "OSError"].contains(&error.kind.as_str()),
             "{path}: {error:?}"
         );
+        // A run given no files is told so, as on RustPython.
+        assert!(
+            error.message.contains(safe_python_protocol::NO_FILES_HERE),
+            "{path}: {}",
+            error.message
+        );
+        assert!(!error.traceback.contains("exec("), "{}", error.traceback);
     }
 }
 
