@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use safe_python_protocol::{self as protocol, Request};
-use wasmtime::{Memory, Store, TypedFunc};
+use wasmtime::{InstancePre, Memory, Store, TypedFunc};
 
 use super::cow::Image;
 use super::host::{HostState, MemoryLimiter};
-use super::{Guest, RunOptions, Sandbox, SandboxError, door};
+use super::{Guest, RunOptions, Sandbox, SandboxError, Slot, door};
 use crate::engine::{self, Metering};
 use crate::limits::Limits;
 use crate::outcome::{ImageCollector, Limit, Outcome, RunResult, Stats, classify};
@@ -20,6 +20,9 @@ use crate::policy::ImportPolicy;
 pub(crate) struct Instance {
     pub(super) store: Store<HostState>,
     exports: Option<Exports>,
+    pre: InstancePre<HostState>,
+    /// The pool slot the store's instance takes, if it is pooled: freed after the store.
+    _slot: Option<Slot>,
 }
 
 #[derive(Clone)]
@@ -58,18 +61,22 @@ const DRIVER_TURN_TIME: Duration = Duration::from_secs(600);
 const WASM_PAGE: u64 = 64 << 10;
 
 impl Instance {
-    /// A store with nothing in it yet: each call sets its own limits.
-    pub(crate) fn new(sandbox: &Sandbox) -> Instance {
-        let mut store = Store::new(&sandbox.engine, HostState::new(&sandbox.guest));
+    /// A store with nothing in it yet, on the engine of [`Sandbox::allocation`]: each call sets
+    /// its own limits.
+    pub(crate) fn new(sandbox: &Sandbox) -> Result<Instance, SandboxError> {
+        let (pre, slot) = sandbox.allocation()?;
+        let mut store = Store::new(pre.module().engine(), HostState::new(&sandbox.guest));
         store.limiter(|s| &mut s.limiter);
-        Instance {
+        Ok(Instance {
             store,
             exports: None,
-        }
+            pre,
+            _slot: slot,
+        })
     }
 
     async fn instantiate(&mut self, sandbox: &Sandbox) -> wasmtime::Result<Exports> {
-        let instance = sandbox.pre.instantiate_async(&mut self.store).await?;
+        let instance = self.pre.instantiate_async(&mut self.store).await?;
         // A plain (not pre-initialised) guest still needs its reactor initialisation.
         if let Ok(init) = instance.get_typed_func::<(), ()>(&mut self.store, "_initialize") {
             init.call_async(&mut self.store, ()).await?;
@@ -227,7 +234,7 @@ impl Instance {
         len: usize,
         pages: impl Iterator<Item = (usize, &'a [u8])>,
     ) -> Result<Instance, SandboxError> {
-        let mut instance = Instance::new(sandbox);
+        let mut instance = Instance::new(sandbox)?;
         instance.store.data_mut().limiter.max = memory_bytes;
         // Instantiation runs no user code; give it what it needs.
         arm(&mut instance.store, sandbox.metering(), u64::MAX)?;
