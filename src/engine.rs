@@ -16,7 +16,7 @@ use std::thread;
 use std::time::Duration;
 
 use wasmtime::{
-    Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
+    Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig, Store,
 };
 
 use crate::limits::Limits;
@@ -115,9 +115,16 @@ pub fn config_for(kind: EngineKind, metering: Metering) -> Config {
 pub const POOL_SLOTS: u32 = 1100;
 
 /// Bytes of a used slot's memory reset by copying and kept resident; written pages beyond it are
-/// given back to the kernel. A fresh trivial call writes about 1 MiB. Sessions count resident
-/// pages as possibly written when they snapshot (`crate::sandbox::pagemap`), so this also
-/// bounds the extra pages a session in a reused slot compares.
+/// given back to the kernel. Without userfaultfd, the kernel reports every resident private page
+/// as written, so each reset copies the slot's whole resident set (the pages any call in it
+/// wrote, up to this): a trade between copying and faulting. A fresh trivial call writes about
+/// 1 MiB. Measured with `benches/speed.rs` (load average 5.5 on 2 cores): 1, 2 and 4 MiB within
+/// noise of each other, 0 (reset by `madvise`, faults again) 25-50% fewer fresh calls per
+/// second, 16 MiB no better. More does not help because wasmtime 48 takes at most 32 written
+/// regions per scan and gives back the rest, so scattered writes still fault: about 113 faults
+/// per fresh `x = 1` (`perf stat`), the same at 0, 4 and 16 MiB. Sessions count resident pages as possibly written when they
+/// snapshot (`crate::sandbox::pagemap`), so this also bounds the extra pages a session in a
+/// reused slot compares.
 pub const POOL_KEEP_RESIDENT: usize = 4 << 20;
 
 /// The RustPython engine with its instances allocated from a pool of `slots` (by default
@@ -164,4 +171,20 @@ fn start(engine: Engine, metering: Metering) -> wasmtime::Result<Engine> {
         })
         .map_err(wasmtime::Error::new)?;
     Ok(engine)
+}
+
+/// Gives `store` its `fuel` when metered, and makes its guest yield now and then so that a
+/// timeout or a cancellation can take effect.
+pub fn arm<T>(store: &mut Store<T>, metering: Metering, fuel: u64) -> wasmtime::Result<()> {
+    match metering {
+        Metering::Fuel => {
+            store.fuel_async_yield_interval(Some(FUEL_YIELD_INTERVAL))?;
+            store.set_fuel(fuel)
+        }
+        Metering::Off => {
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_async_yield_and_update(1);
+            Ok(())
+        }
+    }
 }

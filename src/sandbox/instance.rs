@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use safe_python_protocol::{self as protocol, Request};
-use wasmtime::{InstancePre, Memory, Store, TypedFunc};
+use wasmtime::{Memory, Store, TypedFunc};
 
 use super::cow::Image;
 use super::host::{HostState, MemoryLimiter};
-use super::{Guest, RunOptions, Sandbox, SandboxError, Slot, door};
+use super::pool::Allocation;
+use super::{Guest, RunOptions, Sandbox, SandboxError, door};
 use crate::engine::{self, Metering};
 use crate::limits::Limits;
 use crate::outcome::{ImageCollector, Limit, Outcome, RunResult, Stats, classify};
@@ -20,9 +21,7 @@ use crate::policy::ImportPolicy;
 pub(crate) struct Instance {
     pub(super) store: Store<HostState>,
     exports: Option<Exports>,
-    pre: InstancePre<HostState>,
-    /// The pool slot the store's instance takes, if it is pooled: freed after the store.
-    _slot: Option<Slot>,
+    allocation: Allocation,
 }
 
 #[derive(Clone)]
@@ -61,22 +60,25 @@ const DRIVER_TURN_TIME: Duration = Duration::from_secs(600);
 const WASM_PAGE: u64 = 64 << 10;
 
 impl Instance {
-    /// A store with nothing in it yet, on the engine of [`Sandbox::allocation`]: each call sets
-    /// its own limits.
+    /// An empty store on [`Sandbox::allocation`]'s engine: each call sets its own limits.
     pub(crate) fn new(sandbox: &Sandbox) -> Result<Instance, SandboxError> {
-        let (pre, slot) = sandbox.allocation()?;
-        let mut store = Store::new(pre.module().engine(), HostState::new(&sandbox.guest));
+        let allocation = sandbox.allocation()?;
+        let mut store = Store::new(allocation.engine(), HostState::new(&sandbox.guest));
         store.limiter(|s| &mut s.limiter);
+        let exports = None;
         Ok(Instance {
             store,
-            exports: None,
-            pre,
-            _slot: slot,
+            exports,
+            allocation,
         })
     }
 
     async fn instantiate(&mut self, sandbox: &Sandbox) -> wasmtime::Result<Exports> {
-        let instance = self.pre.instantiate_async(&mut self.store).await?;
+        let instance = self
+            .allocation
+            .pre
+            .instantiate_async(&mut self.store)
+            .await?;
         // A plain (not pre-initialised) guest still needs its reactor initialisation.
         if let Ok(init) = instance.get_typed_func::<(), ()>(&mut self.store, "_initialize") {
             init.call_async(&mut self.store, ()).await?;
@@ -237,7 +239,8 @@ impl Instance {
         let mut instance = Instance::new(sandbox)?;
         instance.store.data_mut().limiter.max = memory_bytes;
         // Instantiation runs no user code; give it what it needs.
-        arm(&mut instance.store, sandbox.metering(), u64::MAX)?;
+        engine::arm(&mut instance.store, sandbox.metering(), u64::MAX)
+            .map_err(SandboxError::Setup)?;
         let memory = instance
             .instantiate(sandbox)
             .await
@@ -343,7 +346,8 @@ impl Instance {
             .sink
             .begin(limits.max_output_bytes, options.observer.clone());
         let metered = sandbox.metering() == Metering::Fuel;
-        arm(&mut self.store, sandbox.metering(), limits.fuel)?;
+        engine::arm(&mut self.store, sandbox.metering(), limits.fuel)
+            .map_err(SandboxError::Setup)?;
 
         let started = Instant::now();
         let ended = tokio::time::timeout(limits.timeout, self.enter(sandbox)).await;
@@ -384,21 +388,5 @@ impl Instance {
         // The report and the output came from the guest: cut them to size here, whatever it sent.
         result.bound(limits.max_output_bytes);
         Ok(Call { result, broken })
-    }
-}
-
-/// Gives `store` its `fuel` when metered, and makes its guest yield now and then so that a
-/// timeout or a cancellation can take effect (see [`crate::engine`]).
-fn arm(store: &mut Store<HostState>, metering: Metering, fuel: u64) -> Result<(), SandboxError> {
-    match metering {
-        Metering::Fuel => store
-            .fuel_async_yield_interval(Some(engine::FUEL_YIELD_INTERVAL))
-            .and_then(|()| store.set_fuel(fuel))
-            .map_err(SandboxError::Setup),
-        Metering::Off => {
-            store.set_epoch_deadline(1);
-            store.epoch_deadline_async_yield_and_update(1);
-            Ok(())
-        }
     }
 }

@@ -15,12 +15,12 @@ mod host;
 mod instance;
 mod mount;
 pub(crate) mod pagemap;
+mod pool;
 pub(crate) mod snapshot;
 mod template;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::OnceCell;
 use wasmtime::{Engine, InstancePre, Linker, Module};
@@ -37,6 +37,7 @@ use crate::{embedded, engine};
 use files::InputFiles;
 use host::HostState;
 pub(crate) use instance::Instance;
+use pool::{Allocation, Pool};
 use template::Template;
 pub use template::{PreloadFailure, TemplateInfo, template_preloads};
 
@@ -141,60 +142,6 @@ pub struct Sandbox {
     pool: Option<Arc<Pool>>,
 }
 
-/// The bookkeeping of an engine's instance pool: how many instances hold a slot, and the engine
-/// without a pool that makes instances once all its slots do, so that a full pool
-/// refuses nothing. That engine is loaded (from the same cached module) the first time it is
-/// needed, which a server within its own bounds never does.
-struct Pool {
-    slots: u32,
-    live: AtomicU32,
-    overflow: Mutex<Option<InstancePre<HostState>>>,
-    metering: Metering,
-    cache_dir: Option<PathBuf>,
-}
-
-/// A slot of the pool, held by an instance (after its store, so it is freed after the store is).
-pub(crate) struct Slot(Arc<Pool>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.live.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl Pool {
-    /// A slot, or `None` when all are taken.
-    fn slot(self: &Arc<Pool>) -> Option<Slot> {
-        let taken = self.live.fetch_add(1, Ordering::Relaxed);
-        let slot = Slot(self.clone());
-        (taken < self.slots).then_some(slot)
-    }
-
-    /// The engine without a pool, loaded on first use.
-    fn overflow(&self, guest: &Guest) -> Result<InstancePre<HostState>, SandboxError> {
-        let mut overflow = self.overflow.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(pre) = &*overflow {
-            return Ok(pre.clone());
-        }
-        tracing::warn!(
-            "all {} pooled instances are in use: more are allocated on demand",
-            self.slots
-        );
-        let engine =
-            engine::new(EngineKind::RustPython, self.metering).map_err(SandboxError::Engine)?;
-        let (module, _) = cache::load_or_compile(
-            &engine,
-            Wasm::Bytes(embedded::WASM),
-            embedded::SHA256,
-            self.cache_dir.as_deref(),
-            &mut |_| {},
-        )?;
-        Ok(overflow
-            .insert(instance_pre(&engine, &module, guest)?)
-            .clone())
-    }
-}
-
 impl Sandbox {
     /// Loads the embedded RustPython guest (from the compiled-module cache when it can), with its
     /// instances allocated from a pool ([`engine::POOL_SLOTS`]), or on demand where the pool's
@@ -206,13 +153,7 @@ impl Sandbox {
         let pooled = (slots > 0).then(|| engine::pooled(metering, slots));
         let (engine, pool) = match pooled.transpose() {
             Ok(Some(engine)) => {
-                let pool = Pool {
-                    slots,
-                    live: AtomicU32::new(0),
-                    overflow: Mutex::new(None),
-                    metering,
-                    cache_dir: options.cache_dir.clone(),
-                };
+                let pool = Pool::new(slots, metering, options.cache_dir.clone());
                 (engine, Some(Arc::new(pool)))
             }
             unpooled => {
@@ -323,18 +264,9 @@ impl Sandbox {
         })
     }
 
-    /// Where a new instance comes from: a slot of the pool when there is one and it has room,
-    /// else the engine without a pool.
-    pub(crate) fn allocation(
-        &self,
-    ) -> Result<(InstancePre<HostState>, Option<Slot>), SandboxError> {
-        let Some(pool) = &self.pool else {
-            return Ok((self.pre.clone(), None));
-        };
-        match pool.slot() {
-            Some(slot) => Ok((self.pre.clone(), Some(slot))),
-            None => Ok((pool.overflow(&self.guest)?, None)),
-        }
+    /// Where a new instance comes from (see [`pool::Allocation`]).
+    pub(crate) fn allocation(&self) -> Result<Allocation, SandboxError> {
+        pool::allocate(self.pool.as_ref(), &self.pre, &self.guest)
     }
 
     /// Where the guest's libc records that it has scanned the preopens: read from the module
