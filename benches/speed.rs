@@ -6,11 +6,13 @@
 //! same minute, through the same client. Against it, over MCP stdio with the real
 //! `safe-python-mcp` (warm module cache, the tests' own under `target/`):
 //! - per-call latency (p50, p90) of a fresh `run_python` of trivial code, of a call in a session,
-//!   and of the floor, the three interleaved so that load on the machine hits them alike;
+//!   and of the floor, the three interleaved so that load on the machine hits them alike; server
+//!   time is a p50 less the floor's;
 //! - throughput with 8 calls in flight on one connection, every call fresh (or, in sessions, 8
 //!   sessions), against the floor's;
 //! - the fuel a fresh `x = 1` burns, from its reply;
-//! - memory: the server's RSS when idle, and what each warm instance (an idle session) adds.
+//! - memory: the server's RSS and address space when idle, and what each warm instance (an idle
+//!   session) adds.
 //!
 //! Compute against native CPython is `benches/compare.rs`'s (`scripts/bench.sh` runs both).
 
@@ -34,8 +36,9 @@ const CALLS: usize = 400;
 const THROUGHPUT_CALLS: usize = 2000;
 const IN_FLIGHT: usize = 8;
 
-/// The targets.
+/// The targets. Server time is taken as a call's p50 less the floor's.
 const TARGET_OVER_FLOOR_MS: f64 = 1.0;
+const TARGET_SERVER_MS: f64 = 0.5;
 const TARGET_CALLS_PER_S: f64 = 1200.0;
 const TARGET_FUEL: u64 = 150_000;
 
@@ -187,15 +190,20 @@ async fn bench() -> anyhow::Result<()> {
         "  floor (rmcp, no work)  {:6.3} / {:6.3} ms",
         floor_p.0, floor_p.1
     );
-    for (label, p) in [("fresh run", fresh_p), ("session call", session_p)] {
-        println!(
-            "  {label:<22} {:6.3} / {:6.3} ms: server time {:.3} ms over the floor (target <= {TARGET_OVER_FLOOR_MS} ms: {})",
-            p.0,
-            p.1,
-            p.0 - floor_p.0,
-            verdict(p.0 - floor_p.0 <= TARGET_OVER_FLOOR_MS)
-        );
-    }
+    let over = fresh_p.0 - floor_p.0;
+    println!(
+        "  fresh run              {:6.3} / {:6.3} ms: {over:.3} ms over the floor (within {TARGET_OVER_FLOOR_MS} ms: {}; at most {TARGET_SERVER_MS} ms of server time: {})",
+        fresh_p.0,
+        fresh_p.1,
+        verdict(over <= TARGET_OVER_FLOOR_MS),
+        verdict(over <= TARGET_SERVER_MS),
+    );
+    println!(
+        "  session call           {:6.3} / {:6.3} ms: {:.3} ms over the floor",
+        session_p.0,
+        session_p.1,
+        session_p.0 - floor_p.0,
+    );
     println!(
         "  sessions keep their lead (session p50 < fresh p50): {}",
         verdict(session_p.0 < fresh_p.0)
@@ -236,8 +244,9 @@ async fn bench() -> anyhow::Result<()> {
     let (anon, rss) = (status_mib(pid, "RssAnon:")?, status_mib(pid, "VmRSS:")?);
     let floor_rss = status_mib(floor_pid, "VmRSS:")?;
     println!(
-        "memory: idle server (with {} sessions open) {rss:.1} MiB RSS, {anon:.1} MiB private; the floor {floor_rss:.1} MiB RSS",
-        IN_FLIGHT + 1
+        "memory: idle server (with {} sessions open) {rss:.1} MiB RSS, {anon:.1} MiB private, {:.0} GiB of address space; the floor {floor_rss:.1} MiB RSS",
+        IN_FLIGHT + 1,
+        status_mib(pid, "VmSize:")? / 1024.0,
     );
     const WARM: usize = 16;
     for _ in 0..WARM {

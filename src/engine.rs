@@ -108,7 +108,8 @@ pub fn config_for(kind: EngineKind, metering: Metering) -> Config {
 /// twice the guest's own time per fresh call. A pooled slot is reset when its instance is
 /// dropped by copying back only the pages that were written, found with `PAGEMAP_SCAN` (Linux
 /// 6.7 and later; older kernels fall back to wasmtime's `madvise` reset), and those pages stay
-/// resident, so the next instance in the slot takes no fault at all.
+/// resident, so the next instance in the slot takes far fewer faults (see
+/// [`POOL_KEEP_RESIDENT`] for what is left).
 ///
 /// Each slot reserves address space only ([`Limits::MAX_MEMORY_BYTES`] plus guard pages, as an
 /// instance on demand does) until used, then keeps at most [`POOL_KEEP_RESIDENT`] resident.
@@ -121,10 +122,11 @@ pub const POOL_SLOTS: u32 = 1100;
 /// 1 MiB. Measured with `benches/speed.rs` (load average 5.5 on 2 cores): 1, 2 and 4 MiB within
 /// noise of each other, 0 (reset by `madvise`, faults again) 25-50% fewer fresh calls per
 /// second, 16 MiB no better. More does not help because wasmtime 48 takes at most 32 written
-/// regions per scan and gives back the rest, so scattered writes still fault: about 113 faults
-/// per fresh `x = 1` (`perf stat`), the same at 0, 4 and 16 MiB. Sessions count resident pages as possibly written when they
-/// snapshot (`crate::sandbox::pagemap`), so this also bounds the extra pages a session in a
-/// reused slot compares.
+/// regions per scan and gives back the rest, so scattered writes still fault: about 120 page
+/// faults per fresh trivial call in the server (`perf record -e page-faults` over the bench).
+/// Sessions count resident pages as possibly written when they snapshot
+/// (`crate::sandbox::pagemap`), so this also bounds the extra pages a session in a reused slot
+/// compares.
 pub const POOL_KEEP_RESIDENT: usize = 4 << 20;
 
 /// The RustPython engine with its instances allocated from a pool of `slots` (by default
