@@ -8,11 +8,18 @@
 //! [`FUEL_YIELD_INTERVAL`] units of fuel, through the check fuel already compiles in; an unmetered
 //! one needs epoch interruption, a second check, and the ticker here that advances the epoch. The
 //! ticker enforces no limit itself.
+//!
+//! The RustPython engine allocates its instances from a pool ([`pooled`]); see [`POOL_SLOTS`] for
+//! why, and what happens when the pool is full.
 
 use std::thread;
 use std::time::Duration;
 
-use wasmtime::{Config, Engine, OptLevel};
+use wasmtime::{
+    Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig, Store,
+};
+
+use crate::limits::Limits;
 
 /// How often the epoch advances, for unmetered guests: it bounds how late a timeout or a
 /// cancellation can take effect.
@@ -90,10 +97,67 @@ pub fn config_for(kind: EngineKind, metering: Metering) -> Config {
     config
 }
 
+/// Instances the RustPython engine's pool holds at once: enough for every session the MCP server
+/// allows (`--max-sessions` is at most 1024), a fresh call on each worker and a few spare. The
+/// sandbox counts its live pooled instances, and past this many makes the next ones on an
+/// engine without a pool (see `crate::sandbox`): a full pool never refuses a call.
+///
+/// Why a pool: a fresh call writes about a megabyte of the guest's snapshot. With instances
+/// allocated on demand, each of those pages is a copy-on-write fault, and in a multi-threaded
+/// server each fault also flushes the other cores' TLBs (an IPI): `perf` put that kernel work at
+/// twice the guest's own time per fresh call. A pooled slot is reset when its instance is
+/// dropped by copying back only the pages that were written, found with `PAGEMAP_SCAN` (Linux
+/// 6.7 and later; older kernels fall back to wasmtime's `madvise` reset), and those pages stay
+/// resident, so the next instance in the slot takes far fewer faults (see
+/// [`POOL_KEEP_RESIDENT`] for what is left).
+///
+/// Each slot reserves address space only ([`Limits::MAX_MEMORY_BYTES`] plus guard pages, as an
+/// instance on demand does) until used, then keeps at most [`POOL_KEEP_RESIDENT`] resident.
+pub const POOL_SLOTS: u32 = 1100;
+
+/// Bytes of a used slot's memory reset by copying and kept resident; written pages beyond it are
+/// given back to the kernel. Without userfaultfd, the kernel reports every resident private page
+/// as written, so each reset copies the slot's whole resident set (the pages any call in it
+/// wrote, up to this): a trade between copying and faulting. A fresh trivial call writes about
+/// 1 MiB. Measured with `benches/speed.rs` (load average 5.5 on 2 cores): 1, 2 and 4 MiB within
+/// noise of each other, 0 (reset by `madvise`, faults again) 25-50% fewer fresh calls per
+/// second, 16 MiB no better. More does not help because wasmtime 48 takes at most 32 written
+/// regions per scan and gives back the rest, so scattered writes still fault: about 120 page
+/// faults per fresh trivial call in the server (`perf record -e page-faults` over the bench).
+/// Sessions count resident pages as possibly written when they snapshot
+/// (`crate::sandbox::pagemap`), so this also bounds the extra pages a session in a reused slot
+/// compares.
+pub const POOL_KEEP_RESIDENT: usize = 4 << 20;
+
+/// The RustPython engine with its instances allocated from a pool of `slots` (by default
+/// [`POOL_SLOTS`]): the same
+/// compiled code as [`new`]'s (allocation is not part of the compilation settings), so both load
+/// the same cached module.
+pub fn pooled(metering: Metering, slots: u32) -> wasmtime::Result<Engine> {
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_core_instances(slots)
+        .total_memories(slots)
+        .total_tables(slots)
+        .total_stacks(slots)
+        // The guest's one function table, at the size the memory limiter allows it.
+        .table_elements(1 << 20)
+        .max_core_instance_size(16 << 20)
+        .max_memory_size(Limits::MAX_MEMORY_BYTES)
+        .linear_memory_keep_resident(POOL_KEEP_RESIDENT)
+        .pagemap_scan(Enabled::Auto);
+    let mut config = config_for(EngineKind::RustPython, metering);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    start(Engine::new(&config)?, metering)
+}
+
 /// Builds the engine for `kind`, and for an unmetered one starts its epoch ticker, which stops
 /// once the engine is dropped.
 pub fn new(kind: EngineKind, metering: Metering) -> wasmtime::Result<Engine> {
-    let engine = Engine::new(&config_for(kind, metering))?;
+    start(Engine::new(&config_for(kind, metering))?, metering)
+}
+
+/// Starts `engine`'s epoch ticker if it is unmetered.
+fn start(engine: Engine, metering: Metering) -> wasmtime::Result<Engine> {
     if metering == Metering::Fuel {
         return Ok(engine);
     }
@@ -109,4 +173,20 @@ pub fn new(kind: EngineKind, metering: Metering) -> wasmtime::Result<Engine> {
         })
         .map_err(wasmtime::Error::new)?;
     Ok(engine)
+}
+
+/// Gives `store` its `fuel` when metered, and makes its guest yield now and then so that a
+/// timeout or a cancellation can take effect.
+pub fn arm<T>(store: &mut Store<T>, metering: Metering, fuel: u64) -> wasmtime::Result<()> {
+    match metering {
+        Metering::Fuel => {
+            store.fuel_async_yield_interval(Some(FUEL_YIELD_INTERVAL))?;
+            store.set_fuel(fuel)
+        }
+        Metering::Off => {
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_async_yield_and_update(1);
+            Ok(())
+        }
+    }
 }

@@ -122,6 +122,7 @@ impl SandboxFlags {
             } else {
                 Vec::new()
             },
+            pool_slots: None,
         };
         match self.engine {
             EngineKind::RustPython => Sandbox::new(options),

@@ -9,6 +9,7 @@ use wasmtime::{Memory, Store, TypedFunc};
 
 use super::cow::Image;
 use super::host::{HostState, MemoryLimiter};
+use super::pool::Allocation;
 use super::{Guest, RunOptions, Sandbox, SandboxError, door};
 use crate::engine::{self, Metering};
 use crate::limits::Limits;
@@ -20,6 +21,7 @@ use crate::policy::ImportPolicy;
 pub(crate) struct Instance {
     pub(super) store: Store<HostState>,
     exports: Option<Exports>,
+    allocation: Allocation,
 }
 
 #[derive(Clone)]
@@ -58,18 +60,25 @@ const DRIVER_TURN_TIME: Duration = Duration::from_secs(600);
 const WASM_PAGE: u64 = 64 << 10;
 
 impl Instance {
-    /// A store with nothing in it yet: each call sets its own limits.
-    pub(crate) fn new(sandbox: &Sandbox) -> Instance {
-        let mut store = Store::new(&sandbox.engine, HostState::new(&sandbox.guest));
+    /// An empty store on [`Sandbox::allocation`]'s engine: each call sets its own limits.
+    pub(crate) fn new(sandbox: &Sandbox) -> Result<Instance, SandboxError> {
+        let allocation = sandbox.allocation()?;
+        let mut store = Store::new(allocation.engine(), HostState::new(&sandbox.guest));
         store.limiter(|s| &mut s.limiter);
-        Instance {
+        let exports = None;
+        Ok(Instance {
             store,
-            exports: None,
-        }
+            exports,
+            allocation,
+        })
     }
 
     async fn instantiate(&mut self, sandbox: &Sandbox) -> wasmtime::Result<Exports> {
-        let instance = sandbox.pre.instantiate_async(&mut self.store).await?;
+        let instance = self
+            .allocation
+            .pre
+            .instantiate_async(&mut self.store)
+            .await?;
         // A plain (not pre-initialised) guest still needs its reactor initialisation.
         if let Ok(init) = instance.get_typed_func::<(), ()>(&mut self.store, "_initialize") {
             init.call_async(&mut self.store, ()).await?;
@@ -227,10 +236,11 @@ impl Instance {
         len: usize,
         pages: impl Iterator<Item = (usize, &'a [u8])>,
     ) -> Result<Instance, SandboxError> {
-        let mut instance = Instance::new(sandbox);
+        let mut instance = Instance::new(sandbox)?;
         instance.store.data_mut().limiter.max = memory_bytes;
         // Instantiation runs no user code; give it what it needs.
-        arm(&mut instance.store, sandbox.metering(), u64::MAX)?;
+        engine::arm(&mut instance.store, sandbox.metering(), u64::MAX)
+            .map_err(SandboxError::Setup)?;
         let memory = instance
             .instantiate(sandbox)
             .await
@@ -336,7 +346,8 @@ impl Instance {
             .sink
             .begin(limits.max_output_bytes, options.observer.clone());
         let metered = sandbox.metering() == Metering::Fuel;
-        arm(&mut self.store, sandbox.metering(), limits.fuel)?;
+        engine::arm(&mut self.store, sandbox.metering(), limits.fuel)
+            .map_err(SandboxError::Setup)?;
 
         let started = Instant::now();
         let ended = tokio::time::timeout(limits.timeout, self.enter(sandbox)).await;
@@ -377,21 +388,5 @@ impl Instance {
         // The report and the output came from the guest: cut them to size here, whatever it sent.
         result.bound(limits.max_output_bytes);
         Ok(Call { result, broken })
-    }
-}
-
-/// Gives `store` its `fuel` when metered, and makes its guest yield now and then so that a
-/// timeout or a cancellation can take effect (see [`crate::engine`]).
-fn arm(store: &mut Store<HostState>, metering: Metering, fuel: u64) -> Result<(), SandboxError> {
-    match metering {
-        Metering::Fuel => store
-            .fuel_async_yield_interval(Some(engine::FUEL_YIELD_INTERVAL))
-            .and_then(|()| store.set_fuel(fuel))
-            .map_err(SandboxError::Setup),
-        Metering::Off => {
-            store.set_epoch_deadline(1);
-            store.epoch_deadline_async_yield_and_update(1);
-            Ok(())
-        }
     }
 }

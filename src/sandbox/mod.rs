@@ -15,6 +15,7 @@ mod host;
 mod instance;
 mod mount;
 pub(crate) mod pagemap;
+mod pool;
 pub(crate) mod snapshot;
 mod template;
 
@@ -36,6 +37,7 @@ use crate::{embedded, engine};
 use files::InputFiles;
 use host::HostState;
 pub(crate) use instance::Instance;
+use pool::{Allocation, Pool};
 use template::Template;
 pub use template::{PreloadFailure, TemplateInfo, template_preloads};
 
@@ -90,6 +92,9 @@ pub struct SandboxOptions {
     /// Modules the CPython engine imports into its template, so that calls find them loaded:
     /// [`template_preloads`] of the server's policy. RustPython ignores it.
     pub preload: Vec<String>,
+    /// How many RustPython instances the pool holds ([`engine::POOL_SLOTS`] when `None`; `Some(0)`
+    /// allocates every instance on demand). Instances beyond it are allocated on demand.
+    pub pool_slots: Option<u32>,
 }
 
 /// What one run may do and who hears its output.
@@ -115,7 +120,6 @@ pub(crate) enum Guest {
 /// The compiled guest, ready to be instantiated any number of times, from any number of threads.
 #[derive(Clone)]
 pub struct Sandbox {
-    engine: Engine,
     metering: Metering,
     pre: InstancePre<HostState>,
     prepared: Prepared,
@@ -134,19 +138,41 @@ pub struct Sandbox {
     module_file: Option<Arc<PathBuf>>,
     /// That flag's address ([`files::scan_flag`]), found once.
     scan_flag: Arc<OnceLock<Option<u32>>>,
+    /// The RustPython engine's instance pool, when `engine` has one ([`engine::pooled`]).
+    pool: Option<Arc<Pool>>,
 }
 
 impl Sandbox {
-    /// Loads the embedded RustPython guest (from the compiled-module cache when it can).
-    pub fn new(options: SandboxOptions) -> Result<Sandbox, SandboxError> {
+    /// Loads the embedded RustPython guest (from the compiled-module cache when it can), with its
+    /// instances allocated from a pool ([`engine::POOL_SLOTS`]), or on demand where the pool's
+    /// address space cannot be reserved.
+    pub fn new(mut options: SandboxOptions) -> Result<Sandbox, SandboxError> {
         let metering = options.metering;
-        let (engine, module, prepared) = Self::load(
-            EngineKind::RustPython,
+        options.cache_dir = options.cache_dir.take().or_else(cache::default_dir);
+        let slots = options.pool_slots.unwrap_or(engine::POOL_SLOTS);
+        let pooled = (slots > 0).then(|| engine::pooled(metering, slots));
+        let (engine, pool) = match pooled.transpose() {
+            Ok(Some(engine)) => {
+                let pool = Pool::new(slots, metering, options.cache_dir.clone());
+                (engine, Some(Arc::new(pool)))
+            }
+            unpooled => {
+                if let Err(e) = unpooled {
+                    tracing::warn!("no instance pool ({e:#}): instances are allocated on demand");
+                }
+                let engine =
+                    engine::new(EngineKind::RustPython, metering).map_err(SandboxError::Engine)?;
+                (engine, None)
+            }
+        };
+        let (module, prepared) = Self::load(
+            &engine,
             Wasm::Bytes(embedded::WASM),
             embedded::SHA256,
             options,
         )?;
-        Self::link(engine, metering, module, prepared, Guest::RustPython)
+        let sandbox = Self::link(&engine, metering, module, prepared, Guest::RustPython)?;
+        Ok(Sandbox { pool, ..sandbox })
     }
 
     /// Loads the CPython engine from its installed artifacts (see [`crate::cpython`]). The first
@@ -159,13 +185,14 @@ impl Sandbox {
         let stdlib = Stdlib::load(&artifacts.stdlib())?;
         let snapshot = artifacts.snapshot();
         let metering = options.metering;
-        let (engine, module, prepared) = Self::load(
-            EngineKind::CPython,
+        let engine = engine::new(EngineKind::CPython, metering).map_err(SandboxError::Engine)?;
+        let (module, prepared) = Self::load(
+            &engine,
             Wasm::File(&snapshot),
             PINNED.snapshot.sha256,
             options,
         )?;
-        let sandbox = Self::link(engine, metering, module, prepared, Guest::CPython(stdlib))?;
+        let sandbox = Self::link(&engine, metering, module, prepared, Guest::CPython(stdlib))?;
         Ok(Sandbox {
             preload: preload.into(),
             module_file: Some(Arc::new(snapshot)),
@@ -174,21 +201,24 @@ impl Sandbox {
     }
 
     fn load(
-        kind: EngineKind,
+        engine: &Engine,
         wasm: Wasm<'_>,
         sha256: &str,
         mut options: SandboxOptions,
-    ) -> Result<(Engine, Module, Prepared), SandboxError> {
-        let engine = engine::new(kind, options.metering).map_err(SandboxError::Engine)?;
+    ) -> Result<(Module, Prepared), SandboxError> {
         let dir = options.cache_dir.take().or_else(cache::default_dir);
         let mut on_compile = options.on_compile.take();
-        let (module, prepared) =
-            cache::load_or_compile(&engine, wasm, sha256, dir.as_deref(), &mut |p| {
+        Ok(cache::load_or_compile(
+            engine,
+            wasm,
+            sha256,
+            dir.as_deref(),
+            &mut |p| {
                 if let Some(f) = on_compile.as_mut() {
                     f(p)
                 }
-            })?;
-        Ok((engine, module, prepared))
+            },
+        )?)
     }
 
     /// A sandbox around another guest module speaking this crate's protocol, compiled in memory and
@@ -199,7 +229,7 @@ impl Sandbox {
         let module =
             Module::new(&engine, wasm).map_err(|e| SandboxError::Cache(CacheError::Compile(e)))?;
         let sandbox = Self::link(
-            engine,
+            &engine,
             Metering::Fuel,
             module,
             Prepared::CompiledUncached,
@@ -213,37 +243,14 @@ impl Sandbox {
     }
 
     fn link(
-        engine: Engine,
+        engine: &Engine,
         metering: Metering,
         module: Module,
         prepared: Prepared,
         guest: Guest,
     ) -> Result<Sandbox, SandboxError> {
-        let mut linker = Linker::new(&engine);
-        p1::add_to_linker_async(&mut linker, |s: &mut HostState| &mut s.wasi)
-            .map_err(SandboxError::Link)?;
-        linker.allow_shadowing(true);
-        host::add_wasi_overrides_to_linker(&mut linker).map_err(SandboxError::Link)?;
-        // Both guests' files and stdio are served from memory ([`crate::vfs`]).
-        crate::vfs::add_to_linker(&mut linker, |s: &mut HostState| &mut s.files)
-            .map_err(SandboxError::Link)?;
-        match guest {
-            Guest::RustPython => {
-                host::check_abi(&module)?;
-                linker.allow_shadowing(false);
-                host::add_protocol_to_linker(&mut linker).map_err(SandboxError::Link)?;
-            }
-            Guest::CPython(_) => {
-                door::check_abi(&module)?;
-                linker.allow_shadowing(false);
-                door::add_to_linker(&mut linker).map_err(SandboxError::Link)?;
-            }
-        }
-        let pre = linker
-            .instantiate_pre(&module)
-            .map_err(SandboxError::Link)?;
+        let pre = instance_pre(engine, &module, &guest)?;
         Ok(Sandbox {
-            engine,
             metering,
             pre,
             prepared,
@@ -253,7 +260,13 @@ impl Sandbox {
             template: Arc::default(),
             module_file: None,
             scan_flag: Arc::default(),
+            pool: None,
         })
+    }
+
+    /// Where a new instance comes from (see [`pool::Allocation`]).
+    pub(crate) fn allocation(&self) -> Result<Allocation, SandboxError> {
+        pool::allocate(self.pool.as_ref(), &self.pre, &self.guest)
     }
 
     /// Where the guest's libc records that it has scanned the preopens: read from the module
@@ -289,7 +302,7 @@ impl Sandbox {
     /// from the engine's template.
     pub(crate) async fn fresh(&self) -> Result<Instance, SandboxError> {
         if let Guest::RustPython = self.guest {
-            return Ok(Instance::new(self));
+            return Instance::new(self);
         }
         self.instance_from_template().await
     }
@@ -320,6 +333,36 @@ impl Sandbox {
         result.files = instance.output_files();
         Ok(result)
     }
+}
+
+/// Links the guest's imports: WASI preview 1, with the calls shadowed in [`host`] and the files
+/// served from memory, and the guest's own protocol.
+fn instance_pre(
+    engine: &Engine,
+    module: &Module,
+    guest: &Guest,
+) -> Result<InstancePre<HostState>, SandboxError> {
+    let mut linker = Linker::new(engine);
+    p1::add_to_linker_async(&mut linker, |s: &mut HostState| &mut s.wasi)
+        .map_err(SandboxError::Link)?;
+    linker.allow_shadowing(true);
+    host::add_wasi_overrides_to_linker(&mut linker).map_err(SandboxError::Link)?;
+    // Both guests' files and stdio are served from memory ([`crate::vfs`]).
+    crate::vfs::add_to_linker(&mut linker, |s: &mut HostState| &mut s.files)
+        .map_err(SandboxError::Link)?;
+    match guest {
+        Guest::RustPython => {
+            host::check_abi(module)?;
+            linker.allow_shadowing(false);
+            host::add_protocol_to_linker(&mut linker).map_err(SandboxError::Link)?;
+        }
+        Guest::CPython(_) => {
+            door::check_abi(module)?;
+            linker.allow_shadowing(false);
+            door::add_to_linker(&mut linker).map_err(SandboxError::Link)?;
+        }
+    }
+    linker.instantiate_pre(module).map_err(SandboxError::Link)
 }
 
 /// The name tracebacks give the code of a fresh run.

@@ -192,7 +192,7 @@ impl Session {
     /// until this completes, so a rollback that is dropped midway is done again by the next call.
     async fn restore(&mut self) -> Result<(), SandboxError> {
         let started = Instant::now();
-        let broken = std::mem::replace(&mut self.instance, Instance::new(&self.sandbox));
+        let broken = std::mem::replace(&mut self.instance, Instance::new(&self.sandbox)?);
         let snapshot = self.snapshot.clone();
         let sandbox = self.sandbox.clone();
         let memory_bytes = self.memory_bytes;
@@ -200,7 +200,7 @@ impl Session {
         let restored = tokio::task::spawn_blocking(move || {
             drop(broken);
             if snapshot.len == 0 {
-                return Ok(Instance::new(&sandbox));
+                return Instance::new(&sandbox);
             }
             runtime.block_on(sandbox.restore(memory_bytes, &snapshot))
         })

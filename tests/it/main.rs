@@ -24,6 +24,7 @@ mod limits;
 mod mcp;
 mod mcp_files;
 mod plots;
+mod pool;
 mod readme;
 mod scale;
 mod schema;

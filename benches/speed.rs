@@ -1,0 +1,265 @@
+//! Issue 16's figures, each beside its target and beside the floor, in one run:
+//! `cargo bench --bench speed`.
+//!
+//! The floor is an rmcp stdio server whose `run_python` does no work: this bench re-executes
+//! itself with [`FLOOR_ARG`] to become it, so both servers are measured on the same machine, in the
+//! same minute, through the same client. Against it, over MCP stdio with the real
+//! `safe-python-mcp` (warm module cache, the tests' own under `target/`):
+//! - per-call latency (p50, p90) of a fresh `run_python` of trivial code, of a call in a session,
+//!   and of the floor, the three interleaved so that load on the machine hits them alike; server
+//!   time is a p50 less the floor's;
+//! - throughput with 8 calls in flight on one connection, every call fresh (or, in sessions, 8
+//!   sessions), against the floor's;
+//! - the fuel a fresh `x = 1` burns, from its reply;
+//! - memory: the server's RSS and address space when idle, and what each warm instance (an idle
+//!   session) adds.
+//!
+//! Compute against native CPython is `benches/compare.rs`'s (`scripts/bench.sh` runs both).
+
+#[path = "../tests/it/common/mod.rs"]
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::client::{Client, new_session, run_python, structured, transport};
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::{ServiceExt, tool, tool_router};
+
+/// The argument that makes this bench the floor server.
+const FLOOR_ARG: &str = "--floor-server";
+
+/// Calls per latency series, and per throughput run.
+const CALLS: usize = 400;
+const THROUGHPUT_CALLS: usize = 2000;
+const IN_FLIGHT: usize = 8;
+
+/// The issue's targets. Server time is taken as a call's p50 less the floor's.
+const TARGET_OVER_FLOOR_MS: f64 = 1.0;
+const TARGET_SERVER_MS: f64 = 0.5;
+const TARGET_CALLS_PER_S: f64 = 1200.0;
+const TARGET_FUEL: u64 = 150_000;
+
+/// `run_python`'s arguments, as the floor decodes them (it then ignores them).
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct FloorArgs {
+    #[allow(dead_code)] // decoded, as the real server does, and not used
+    code: String,
+}
+
+/// The floor: an rmcp server on the tool router whose tool does no work.
+struct Floor;
+
+#[tool_router(server_handler)]
+impl Floor {
+    #[tool(description = "Does nothing: the floor that safe-python-mcp is measured against.")]
+    async fn run_python(&self, Parameters(_args): Parameters<FloorArgs>) -> String {
+        String::new()
+    }
+}
+
+fn serve_floor() -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            Floor
+                .serve(rmcp::transport::stdio())
+                .await?
+                .waiting()
+                .await?;
+            Ok(())
+        })
+}
+
+fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some(FLOOR_ARG) {
+        return serve_floor();
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(bench())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// p50 and p90 of `times`, in ms.
+fn p50_p90(times: &mut [Duration]) -> (f64, f64) {
+    times.sort();
+    let at = |p: usize| ms(times[(times.len() * p / 100).min(times.len() - 1)]);
+    (at(50), at(90))
+}
+
+/// A `/proc/<pid>/status` figure, in MiB (see `benches/session.rs`).
+fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .ok_or_else(|| anyhow::anyhow!("no {field} for {pid}"))?
+        .parse()?;
+    Ok(kib / 1024.0)
+}
+
+/// One call of `code` (fresh, or in `session`), which must succeed; how long it took.
+async fn timed(client: &Client, code: &str, session: Option<&str>) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let reply = client.call_tool(run_python(code, session)).await?;
+    let took = started.elapsed();
+    anyhow::ensure!(reply.is_error != Some(true), "{code:?} failed: {reply:?}");
+    Ok(took)
+}
+
+/// Calls per second with [`IN_FLIGHT`] calls in flight on one connection; `session(i)` is the
+/// session of the `i`th caller (`None`: fresh calls).
+async fn throughput(
+    client: &Client,
+    session: impl Fn(usize) -> Option<String>,
+) -> anyhow::Result<f64> {
+    let left = Arc::new(AtomicUsize::new(THROUGHPUT_CALLS));
+    let started = Instant::now();
+    let callers = (0..IN_FLIGHT).map(|i| {
+        let (peer, left, session) = (client.peer().clone(), left.clone(), session(i));
+        tokio::spawn(async move {
+            while left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                let reply = peer
+                    .call_tool(run_python("x = 1", session.as_deref()))
+                    .await?;
+                anyhow::ensure!(reply.is_error != Some(true), "a call failed: {reply:?}");
+            }
+            anyhow::Ok(())
+        })
+    });
+    for caller in callers.collect::<Vec<_>>() {
+        caller.await??;
+    }
+    Ok(THROUGHPUT_CALLS as f64 / started.elapsed().as_secs_f64())
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "NOT met" }
+}
+
+async fn bench() -> anyhow::Result<()> {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "issue 16's figures (load average before: {})",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let mut floor_command = Command::new(std::env::current_exe()?);
+    floor_command.arg(FLOOR_ARG);
+    let floor = transport(floor_command);
+    let floor_pid = floor.id().ok_or_else(|| anyhow::anyhow!("no floor pid"))?;
+    let floor = ().serve(floor).await?;
+    let server = transport(common::spawn::mcp_server(&["--max-sessions", "64"]));
+    let pid = server
+        .id()
+        .ok_or_else(|| anyhow::anyhow!("no server pid"))?;
+    let client = ().serve(server).await?;
+    // The first call waits for the sandbox to load; a few more warm both servers up.
+    for _ in 0..20 {
+        timed(&floor, "x = 1", None).await?;
+        timed(&client, "x = 1", None).await?;
+    }
+    let session = new_session(&client, "x = 1").await;
+
+    // (b) Latency, the three interleaved.
+    let (mut floor_t, mut fresh_t, mut session_t) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..CALLS {
+        floor_t.push(timed(&floor, "1 + 1", None).await?);
+        fresh_t.push(timed(&client, "1 + 1", None).await?);
+        session_t.push(timed(&client, "1 + 1", Some(&session)).await?);
+    }
+    let floor_p = p50_p90(&mut floor_t);
+    let fresh_p = p50_p90(&mut fresh_t);
+    let session_p = p50_p90(&mut session_t);
+    println!("per call over MCP stdio, `1 + 1` ({CALLS} each, interleaved), p50 / p90:");
+    println!(
+        "  floor (rmcp, no work)  {:6.3} / {:6.3} ms",
+        floor_p.0, floor_p.1
+    );
+    let over = fresh_p.0 - floor_p.0;
+    println!(
+        "  fresh run              {:6.3} / {:6.3} ms: {over:.3} ms over the floor (within {TARGET_OVER_FLOOR_MS} ms: {}; at most {TARGET_SERVER_MS} ms of server time: {})",
+        fresh_p.0,
+        fresh_p.1,
+        verdict(over <= TARGET_OVER_FLOOR_MS),
+        verdict(over <= TARGET_SERVER_MS),
+    );
+    println!(
+        "  session call           {:6.3} / {:6.3} ms: {:.3} ms over the floor",
+        session_p.0,
+        session_p.1,
+        session_p.0 - floor_p.0,
+    );
+    println!(
+        "  sessions keep their lead (session p50 < fresh p50): {}",
+        verdict(session_p.0 < fresh_p.0)
+    );
+
+    // (c) Throughput.
+    let floor_rate = throughput(&floor, |_| None).await?;
+    let fresh_rate = throughput(&client, |_| None).await?;
+    let mut sessions = Vec::new();
+    for _ in 0..IN_FLIGHT {
+        sessions.push(new_session(&client, "x = 1").await);
+    }
+    let session_rate = throughput(&client, |i| Some(sessions[i].clone())).await?;
+    println!(
+        "throughput, {IN_FLIGHT} calls in flight on one stdio connection ({THROUGHPUT_CALLS} calls of `x = 1`):"
+    );
+    println!("  floor                  {floor_rate:7.0} calls/s");
+    println!(
+        "  fresh runs             {fresh_rate:7.0} calls/s (target >= {TARGET_CALLS_PER_S}: {})",
+        verdict(fresh_rate >= TARGET_CALLS_PER_S)
+    );
+    println!("  in 8 sessions          {session_rate:7.0} calls/s");
+
+    // (d) Fuel.
+    let reply = client.call_tool(run_python("x = 1", None)).await?;
+    let fuel = structured(&reply)["stats"]["fuel"].as_u64().unwrap_or(0);
+    let reply = client
+        .call_tool(run_python("x = 1", Some(&session)))
+        .await?;
+    let session_fuel = structured(&reply)["stats"]["fuel"].as_u64().unwrap_or(0);
+    println!(
+        "fuel of `x = 1`: fresh {fuel}, in a session {session_fuel} (target <= {TARGET_FUEL}: {})",
+        verdict(fuel <= TARGET_FUEL)
+    );
+
+    // (e) Memory.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (anon, rss) = (status_mib(pid, "RssAnon:")?, status_mib(pid, "VmRSS:")?);
+    let floor_rss = status_mib(floor_pid, "VmRSS:")?;
+    println!(
+        "memory: idle server (with {} sessions open) {rss:.1} MiB RSS, {anon:.1} MiB private, {:.0} GiB of address space; the floor {floor_rss:.1} MiB RSS",
+        IN_FLIGHT + 1,
+        status_mib(pid, "VmSize:")? / 1024.0,
+    );
+    const WARM: usize = 16;
+    for _ in 0..WARM {
+        new_session(&client, "x = 1").await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let per = |after: f64, before: f64| (after - before) / WARM as f64;
+    println!(
+        "  per warm instance (an idle session after `x = 1`, {WARM} of them): {:.2} MiB RSS, {:.2} MiB private",
+        per(status_mib(pid, "VmRSS:")?, rss),
+        per(status_mib(pid, "RssAnon:")?, anon),
+    );
+    floor.cancel().await?;
+    client.cancel().await?;
+    Ok(())
+}
