@@ -366,12 +366,13 @@ def _install():
         loop.run_until_complete(eval(code, globals))
 
     def user_traceback(tb):
-        """`tb` without the frames of the driver and of the reactor that runs it: the user's
-        code and what it called, as if it had run on its own."""
+        """`tb` without the frames of the driver, of the reactor that runs it and of the files
+        shim (`open`, src/sandbox/files.rs): the user's code and what it called, as if it had run
+        on its own."""
         kept = []
         while tb is not None:
             code = tb.tb_frame.f_code
-            if code not in driver_codes and code.co_filename != "<reactor>":
+            if code not in driver_codes and code.co_filename not in ("<reactor>", "<files>"):
                 kept.append(tb)
             tb = tb.tb_next
         result = None

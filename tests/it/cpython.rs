@@ -233,7 +233,8 @@ fn cpython_sees_no_host_file() {
             "{path}: {}",
             error.message
         );
-        assert!(!error.traceback.contains("exec("), "{}", error.traceback);
+        // The shim that says so leaves no frame in the traceback, as RustPython's native `open`.
+        assert!(!error.traceback.contains("<files>"), "{}", error.traceback);
     }
 }
 

@@ -336,6 +336,59 @@ fn files_stay_with_a_session_and_are_rolled_back_with_it() {
     }
 }
 
+/// A session whose earlier calls had no files (and whose guest may hold descriptors of its own,
+/// such as the CPython engine's standard library) is given files later: they are found, and an
+/// error from before said where files would be.
+#[test]
+fn files_first_given_in_a_later_call_of_a_session_are_found() {
+    for engine in Engine::BOTH {
+        runtime().block_on(async {
+            let mut session = Session::new(engine.sandbox()).await.unwrap();
+            let plain = RunOptions {
+                policy: Arc::new(ImportPolicy::with_extra(["io"])),
+                ..RunOptions::default()
+            };
+            let r = session
+                .run("import io\nopen('/data/a.txt')", &plain)
+                .await
+                .unwrap();
+            let e = r
+                .result
+                .error()
+                .unwrap_or_else(|| panic!("{engine:?}: {:#?}", r.result));
+            assert!(
+                e.message.contains(safe_python_protocol::NO_FILES_HERE),
+                "{engine:?}: {}",
+                e.message
+            );
+            let with_files = RunOptions {
+                files: Some(inputs(&[("a.txt", b"late")])),
+                ..plain.clone()
+            };
+            let code =
+                "held = open('/data/a.txt')\nopen('/out/b.txt', 'w').write('x')\nheld.read()";
+            let r = session.run(code, &with_files).await.unwrap();
+            assert_eq!(
+                r.result.result(),
+                Some("'late'"),
+                "{engine:?}: {:#?}",
+                r.result
+            );
+            assert_eq!(r.result.files.len(), 1, "{engine:?}");
+            let r = session
+                .run("open('/out/b.txt').read()", &plain)
+                .await
+                .unwrap();
+            assert_eq!(
+                r.result.result(),
+                Some("'x'"),
+                "{engine:?}: {:#?}",
+                r.result
+            );
+        });
+    }
+}
+
 #[test]
 fn pandas_summarises_the_csv_and_a_chart_comes_back_as_a_png_on_cpython() {
     let code = r#"
