@@ -51,6 +51,10 @@ case "${1:-}" in
       "guest/target/$TARGET/release/safe_python_guest.wasm" -o "$ARTIFACT.opt"
     cargo run --features wizer --bin wizen-guest -- "$ARTIFACT.opt" "$ARTIFACT.new"
     rm "$ARTIFACT.opt"
+    # The host finds the preopen scan flag by this function's name (src/sandbox/files.rs): a guest
+    # without it could never be given files.
+    grep -q __wasilibc_populate_preopens "$ARTIFACT.new" ||
+      { echo "guest.sh: the guest lost __wasilibc_populate_preopens (or its name): calls could not be given files" >&2; exit 1; }
     mv "$ARTIFACT.new" "$ARTIFACT"
     cargo run --features pack-guest --bin pack-guest -- "$ARTIFACT" "$ARTIFACT.pack"
     # One thread: the multi-threaded encoder splits the stream and compresses less.
