@@ -6,18 +6,16 @@
 
 #[path = "../tests/it/common/mod.rs"]
 mod common;
+mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::client::run_python;
 use rmcp::model::CallToolRequestParams;
+use support::percentile;
 
 fn call(code: &str) -> CallToolRequestParams {
     run_python(code, None)
-}
-
-fn percentile(sorted: &[Duration], p: usize) -> f64 {
-    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)].as_secs_f64() * 1000.0
 }
 
 #[tokio::main]

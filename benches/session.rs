@@ -7,32 +7,14 @@
 
 #[path = "../tests/it/common/mod.rs"]
 mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use common::client::{new_session, run_python as call, transport};
 use rmcp::ServiceExt;
 use safe_python_executor::{Limits, RunOptions, Sandbox, SandboxOptions, Session};
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn percentile(sorted: &[Duration], p: usize) -> f64 {
-    ms(sorted[(sorted.len() * p / 100).min(sorted.len() - 1)])
-}
-
-/// A `/proc/<pid>/status` figure, in MiB. `RssAnon` is the process's private memory; `VmRSS` adds
-/// the file pages it maps (the compiled guest's image, shared with every instance).
-fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .ok_or_else(|| anyhow::anyhow!("no {field}"))?;
-    let kib: f64 = line.split_whitespace().nth(1).unwrap_or("0").parse()?;
-    Ok(kib / 1024.0)
-}
+use support::{percentile, status_mib};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

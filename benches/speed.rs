@@ -18,6 +18,7 @@
 
 #[path = "../tests/it/common/mod.rs"]
 mod common;
+mod support;
 
 use std::process::Command;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant};
 use common::client::{Client, new_session, run_python, structured, transport};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{ServiceExt, tool, tool_router};
+use support::{percentile, status_mib};
 
 /// The argument that makes this bench the floor server.
 const FLOOR_ARG: &str = "--floor-server";
@@ -84,27 +86,10 @@ fn main() -> anyhow::Result<()> {
         .block_on(bench())
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
 /// p50 and p90 of `times`, in ms.
 fn p50_p90(times: &mut [Duration]) -> (f64, f64) {
     times.sort();
-    let at = |p: usize| ms(times[(times.len() * p / 100).min(times.len() - 1)]);
-    (at(50), at(90))
-}
-
-/// A `/proc/<pid>/status` figure, in MiB (see `benches/session.rs`).
-fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .ok_or_else(|| anyhow::anyhow!("no {field} for {pid}"))?
-        .parse()?;
-    Ok(kib / 1024.0)
+    (percentile(times, 50), percentile(times, 90))
 }
 
 /// One call of `code` (fresh, or in `session`), which must succeed; how long it took.
