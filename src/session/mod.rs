@@ -142,8 +142,6 @@ impl Session {
         self.instance
             .mount_files(&self.sandbox, files, folder, true)?;
         self.inputs = Some(files.clone());
-        // The mount is the host's; the next snapshot is to hold it.
-        self.state = State::Unsaved;
         Ok(())
     }
 
