@@ -222,8 +222,8 @@ pub(crate) fn new_folder(files: &InputFiles) -> Folder {
 }
 
 /// The Python that makes the CPython engine's `open` (and `io.open`) say where files live when it
-/// fails, as the RustPython guest's own `open` does. `{here}` and `{nowhere}` are
-/// [`protocol::FILES_ARE_HERE`] and [`protocol::NO_FILES_HERE`].
+/// fails, as the RustPython guest's own `open` does. `{data}`, `{here}` and `{nowhere}` are
+/// [`DATA_DIR`], [`protocol::FILES_ARE_HERE`] and [`protocol::NO_FILES_HERE`].
 const OPEN_SHIM: &str = r#"
 def _install_files():
     import builtins, errno, io, _io, posix
@@ -231,7 +231,7 @@ def _install_files():
     denied = {errno.EACCES, errno.EPERM, errno.EROFS, getattr(errno, "ENOTCAPABLE", 76)}
     def where():
         try:
-            stat("/data")
+            stat("{data}")
         except OSError:
             return "{nowhere}"
         return "{here}"
@@ -255,6 +255,7 @@ _install_files()
 /// namespace, not the turn's, which user code must not reach.
 pub(crate) fn open_shim_turn() -> String {
     let shim = OPEN_SHIM
+        .replace("{data}", DATA_DIR)
         .replace("{here}", protocol::FILES_ARE_HERE)
         .replace("{nowhere}", protocol::NO_FILES_HERE);
     // Rust's escaping of this ASCII text is a valid Python string literal.
