@@ -32,6 +32,7 @@ use rustpython::{InterpreterBuilder, InterpreterBuilderExt};
 use safe_python_protocol::{self as protocol, PythonError, Report, Request};
 
 mod last_value;
+mod random;
 use last_value::{Plan, Reading};
 
 #[link(wasm_import_module = "safe_python_v3")]
@@ -84,9 +85,8 @@ const PRELOADED: &[&str] = &[
 struct Driver {
     format_exception: PyObjectRef,
     linecache: PyObjectRef,
-    random_inst: PyObjectRef,
-    /// `_random.Random.seed`, the native seeding under `random.Random.seed`.
-    seed: PyObjectRef,
+    /// `random`'s shared generator, behind the module's functions (`random.random()`, ...).
+    random_inst: PyRef<random::PyRandom>,
     /// The `__main__` module and its namespace, made at initialisation (so every instance starts
     /// with one) and kept by the runs of a session.
     main: (PyObjectRef, PyRef<PyDict>),
@@ -123,10 +123,10 @@ pub extern "C" fn sandbox_init() {
             settings.ignore_environment = true;
             settings.import_site = false;
             settings.user_site_directory = false;
-            let interpreter = InterpreterBuilder::new()
-                .settings(settings)
-                .init_stdlib()
-                .interpreter();
+            let builder = InterpreterBuilder::new().settings(settings).init_stdlib();
+            // Ours replaces RustPython's `_random` (the later definition of a name wins).
+            let random = random::module_def(&builder.ctx);
+            let interpreter = builder.add_native_module(random).interpreter();
             let driver = interpreter.enter(|vm| match prepare(vm) {
                 Ok(driver) => driver,
                 Err(exc) => {
@@ -158,10 +158,10 @@ fn prepare(vm: &VirtualMachine) -> PyResult<Driver> {
     let driver = Driver {
         format_exception: module("traceback")?.get_attr("format_exception", vm)?,
         linecache: module("linecache")?.get_attr("cache", vm)?,
-        random_inst: module("random")?.get_attr("_inst", vm)?,
-        seed: module("_random")?
-            .get_attr("Random", vm)?
-            .get_attr("seed", vm)?,
+        random_inst: module("random")?
+            .get_attr("_inst", vm)?
+            .downcast()
+            .map_err(|_| vm.new_type_error("random._inst is not a _random.Random"))?,
         main: (main_module, main_globals),
         seeded: Cell::new(false),
         stdio: [
@@ -808,32 +808,16 @@ impl Driver {
 
     /// The `__main__` namespace; the instance's first run reseeds `random` first.
     fn main(&self, vm: &VirtualMachine) -> PyResult<PyRef<PyDict>> {
+        // The snapshot froze `random`'s shared generator: each instance gets a state of its own.
+        // (`random.Random()` and `random.seed()` draw theirs from the host's entropy anyway.)
         if !self.seeded.replace(true) {
-            self.reseed(vm)?;
+            self.random_inst.seed_from_entropy(vm)?;
         }
         let (module, globals) = &self.main;
         // User code may have replaced or removed it in an earlier run of the session.
         let modules = vm.sys_module.get_attr("modules", vm)?;
         modules.set_item("__main__", module.clone(), vm)?;
         Ok(globals.clone())
-    }
-
-    /// `random.seed(None)` and `random.Random()` draw from the interpreter's thread RNG, whose
-    /// state the snapshot froze: reseed it from WASI's `random_get` (the host's entropy), and the
-    /// module's shared instance with a 128-bit seed from there too, as `random.seed(n)` does.
-    /// Cheap on purpose, since every fresh run pays it: the thread RNG computes its next block
-    /// only when asked for numbers, and `seed()` would draw 2,496 bytes through it.
-    fn reseed(&self, vm: &VirtualMachine) -> PyResult<()> {
-        use rand::TryRng as _;
-        let failed = |e| vm.new_os_error(format!("cannot reseed the random generator: {e}"));
-        rand::rng().reseed().map_err(failed)?;
-        let mut system = rand::rngs::SysRng;
-        let high = system.try_next_u64().map_err(failed)?;
-        let low = system.try_next_u64().map_err(failed)?;
-        let seed = (u128::from(high) << 64) | u128::from(low);
-        self.seed
-            .call((self.random_inst.clone(), vm.ctx.new_int(seed)), vm)?;
-        Ok(())
     }
 
     /// Lets tracebacks show the code's lines.

@@ -532,6 +532,59 @@ fn random_is_reseeded_on_every_run() {
     );
 }
 
+/// The guest's own `_random` (guest/src/random.rs) draws what CPython draws for a seed, through
+/// every seeding path and method; the values are native CPython 3.11's.
+#[test]
+fn seeded_random_draws_what_cpython_draws() {
+    let code = "import random
+random.seed(42); a = random.random()
+random.seed(-42); b = random.random()
+random.seed(2**100 + 7); c = random.getrandbits(70)
+random.seed('sandbox'); d = random.randint(0, 10**9)
+random.seed(1.5); e = random.random()
+r = random.Random(3); f = r.getstate()[1][:2] + r.getstate()[1][-1:]
+random.seed(0); g = (random.getrandbits(0), random.getrandbits(1), random.getrandbits(33), random.getrandbits(64))
+random.seed(9); s = random.getstate(); h1 = [random.random() for _ in range(3)]
+random.setstate(s); h2 = [random.random() for _ in range(3)]
+(a, b, c, d, e, f, g, h1 == h2, random.Random(7).sample(range(100), 3), random._random.Random(5).random())";
+    assert_eq!(
+        value(code).as_deref(),
+        Some(
+            "(0.6394267984578837, 0.6394267984578837, 370455104258706617356, 949766606, \
+             0.551763726942059, (2147483648, 507801126, 624), (0, 1, 5949583294, \
+             7758176404715800194), True, [41, 19, 50], 0.6229016948897019)"
+        )
+    );
+    for (bad, kind) in [
+        ("random.getrandbits(-1)", "ValueError"),
+        ("random.setstate((3, (1, 2), None))", "ValueError"),
+        (
+            "random._random.Random().setstate((0,) * 624 + (625,))",
+            "ValueError",
+        ),
+    ] {
+        let r = run(&format!("import random\n{bad}"));
+        assert_eq!(
+            r.error().map(|e| e.kind.as_str()),
+            Some(kind),
+            "{bad}: {r:?}"
+        );
+    }
+}
+
+/// Unseeded generators, new or reseeded, draw from the host's entropy: no two runs agree.
+#[test]
+fn unseeded_random_generators_differ_between_runs() {
+    let code = "import random
+random.seed()
+(random.random(), random.Random().random(), random.Random(None).getrandbits(64))";
+    let (a, b) = (value(code).unwrap(), value(code).unwrap());
+    let (a, b): (Vec<&str>, Vec<&str>) = (a.split(", ").collect(), b.split(", ").collect());
+    for (x, y) in a.iter().zip(&b) {
+        assert_ne!(x, y, "two runs drew the same number");
+    }
+}
+
 #[test]
 fn runs_do_not_share_state() {
     assert_eq!(value("x = 41\nx").as_deref(), Some("41"));
