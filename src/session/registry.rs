@@ -19,13 +19,14 @@
 //! that its next call can say why it is gone rather than that it never existed.
 
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
 use schemars::JsonSchema;
 use serde::Serialize;
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::{Notify, OwnedMutexGuard};
 
 use super::Session;
 pub use super::handle::{NEW, SESSION_PATTERN, SessionError, SessionId, SessionRequest, minutes};
@@ -91,6 +92,9 @@ enum Ended {
 
 /// Handles of dropped sessions remembered, to say why they are gone.
 const GONE_REMEMBERED: NonZeroUsize = NonZeroUsize::new(4096).unwrap();
+/// The longest a new session waits for full sessions that are only recording their last call
+/// ([`Sessions::admit_when_room`]): that takes milliseconds; this bounds the wait should one hang.
+const RECORDING_WAIT: Duration = Duration::from_secs(2);
 
 /// A live session, shared by the calls that use it.
 type Shared = Arc<tokio::sync::Mutex<Session>>;
@@ -98,6 +102,12 @@ type Shared = Arc<tokio::sync::Mutex<Session>>;
 pub struct Sessions {
     limits: SessionLimits,
     registry: Mutex<Registry>,
+    /// Sessions whose call has replied but which still record their new state (see
+    /// [`Lease::run`]): busy for a moment only, so a new session waits for them rather than be
+    /// refused by a client that had its reply and went straight on.
+    recording: AtomicUsize,
+    /// Told each time one of those is done.
+    recorded: Notify,
 }
 
 struct Registry {
@@ -130,6 +140,8 @@ impl Sessions {
                 live: LruCache::unbounded(),
                 gone: LruCache::new(GONE_REMEMBERED),
             }),
+            recording: AtomicUsize::new(0),
+            recorded: Notify::new(),
         });
         let weak: Weak<Sessions> = Arc::downgrade(&sessions);
         let every = (limits.idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(30));
@@ -162,7 +174,7 @@ impl Sessions {
         let (id, shared, mut started) = match request {
             SessionRequest::New => {
                 let fresh = Arc::new(tokio::sync::Mutex::new(Session::new(sandbox).await?));
-                let id = self.admit(fresh.clone())?;
+                let id = self.admit_when_room(&fresh).await?;
                 (id, fresh, Some(Start::New))
             }
             SessionRequest::Continue(id) => (id, self.find(id)?, None),
@@ -179,6 +191,27 @@ impl Sessions {
             started,
             session,
         })
+    }
+
+    /// [`Sessions::admit`], waiting while every session is busy but some are only recording the
+    /// call they have just answered (at most [`RECORDING_WAIT`]); when all are running calls, it
+    /// is refused at once.
+    async fn admit_when_room(&self, session: &Shared) -> Result<SessionId, SessionError> {
+        let deadline = tokio::time::Instant::now() + RECORDING_WAIT;
+        loop {
+            // Listening before trying, so that a recording that ends in between is not missed.
+            let recorded = self.recorded.notified();
+            tokio::pin!(recorded);
+            recorded.as_mut().enable();
+            match self.admit(session.clone()) {
+                Err(SessionError::Full { .. }) if self.recording.load(Ordering::SeqCst) > 0 => {
+                    if tokio::time::timeout_at(deadline, recorded).await.is_err() {
+                        return self.admit(session.clone());
+                    }
+                }
+                admitted => return admitted,
+            }
+        }
     }
 
     /// Registers a new session under a fresh handle, making room if needed.
@@ -343,7 +376,15 @@ impl Lease {
         };
         self.sessions.touch(self.id);
         let mut session = self.session;
-        tokio::task::spawn_blocking(move || session.save());
+        let sessions = self.sessions.clone();
+        sessions.recording.fetch_add(1, Ordering::SeqCst);
+        tokio::task::spawn_blocking(move || {
+            session.save();
+            // No longer busy (unless another call waits for it).
+            drop(session);
+            sessions.recording.fetch_sub(1, Ordering::SeqCst);
+            sessions.recorded.notify_waiters();
+        });
         let ran = ran?;
         Ok(Some(LeaseRun {
             result: ran.result,

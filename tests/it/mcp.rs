@@ -592,6 +592,23 @@ async fn the_least_recently_used_session_is_evicted_and_says_so() {
     client.cancel().await.unwrap();
 }
 
+/// A session call replies before its session has recorded its new state: a new session asked for
+/// straight after the reply waits for that, and takes the full server's room, instead of being
+/// refused as if the session were still running a call.
+#[tokio::test]
+async fn a_session_that_has_just_replied_makes_room_for_a_new_one() {
+    let (client, _) = connect(&["--max-sessions", "1"]).await;
+    let mut handle = new_session(&client, "x = -1").await;
+    for i in 0..30 {
+        assert_eq!(
+            session_call(&client, &handle, "x").await["result"],
+            format!("{}", i - 1)
+        );
+        handle = new_session(&client, &format!("x = {i}")).await;
+    }
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test]
 async fn an_idle_session_expires_and_says_so() {
     let (client, _) = connect(&["--session-idle", "1"]).await;
