@@ -12,9 +12,10 @@ pub struct Limits {
     /// Wall-clock time for the whole run, including time spent sleeping or blocked in the host.
     /// Default: 10 s.
     pub timeout: Duration,
-    /// Instruction budget, in wasmtime fuel units (roughly one per wasm instruction; the guest
-    /// burns about 4 billion a second on a 2026 x86 core). Machine-independent, unlike `timeout`.
-    /// Default: 40 billion.
+    /// Instruction budget, in wasmtime fuel units (roughly one per wasm instruction; either engine
+    /// burns 11-14 billion a second of compute on this project's 2-core x86 reference machine, so
+    /// the default is 3-4 s of compute). Machine-independent, unlike `timeout`. Default: 40
+    /// billion.
     pub fuel: u64,
     /// Cap on the guest's linear memory, in bytes. Default: 256 MiB.
     pub memory_bytes: usize,

@@ -116,6 +116,10 @@ async fn server_with_timeout(dir: &Path, engine: Engine, timeout: u64, extra: &[
         "128",
         "--max-output",
         &MAX_OUTPUT.to_string(),
+        // Compute-bound cases expect the timeout: the default fuel is only 3-4 s of compute on a
+        // fast machine, which would make them a race between the two limits.
+        "--fuel",
+        "1000000000000",
     ]);
     command
         .args(engine.flags())
