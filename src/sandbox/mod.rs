@@ -56,8 +56,9 @@ pub enum SandboxError {
     Setup(wasmtime::Error),
     #[error(transparent)]
     Stdlib(#[from] StdlibError),
+    /// Boxed, as `Files` is: the largest of the errors, and this one is returned everywhere.
     #[error(transparent)]
-    Artifacts(#[from] ArtifactsError),
+    Artifacts(Box<ArtifactsError>),
     #[error("the CPython engine is not installed in {}: {}", .0.display(), install_hint())]
     NotInstalled(PathBuf),
     #[error(
@@ -70,6 +71,12 @@ pub enum SandboxError {
     /// Boxed: it names the path, and this error is returned everywhere.
     #[error(transparent)]
     Files(Box<files::FilesError>),
+}
+
+impl From<ArtifactsError> for SandboxError {
+    fn from(e: ArtifactsError) -> SandboxError {
+        SandboxError::Artifacts(Box::new(e))
+    }
 }
 
 impl From<files::FilesError> for SandboxError {

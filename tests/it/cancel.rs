@@ -45,7 +45,7 @@ fn patient() -> RunOptions {
             memory_bytes: 1 << 30,
             ..Limits::default()
         },
-        policy: Arc::new(ImportPolicy::with_extra(&["numpy"])),
+        policy: Arc::new(ImportPolicy::with_extra(["numpy"])),
         ..RunOptions::default()
     }
 }
