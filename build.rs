@@ -1,13 +1,15 @@
-//! Unpacks the committed guest (`wasm/safe-python-guest.pack.lzma`, see `build/guest_pack.rs`) into
-//! `OUT_DIR` for the binaries to embed, checks it is the artifact `wasm/MANIFEST` describes, and
-//! passes on its SHA-256, on which the compiled-module cache is keyed (so no start hashes 40 MB).
-//! Unpacking takes 1.5 s, once per build: a run never pays for it.
+//! Checks that the committed guest (`wasm/safe-python-guest.pack.lzma`, see `build/guest_pack.rs`),
+//! which the binaries embed packed, unpacks to the artifact `wasm/MANIFEST` describes, and passes on
+//! what a run needs of it without unpacking it: its SHA-256, on which the compiled-module cache is
+//! keyed, and where its wasi-libc records the preopen scan (`src/sandbox/scan_flag.rs`). Unpacking
+//! takes 1.5 s, once per build; a run unpacks the guest only to compile it (a cache miss).
 
 #[path = "build/guest_pack.rs"]
 mod guest_pack;
+#[path = "src/sandbox/scan_flag.rs"]
+mod scan_flag;
 
 use std::io::Read;
-use std::path::PathBuf;
 
 use sha2::{Digest, Sha256};
 
@@ -21,7 +23,12 @@ fn fail(what: &str) -> ! {
 }
 
 fn main() {
-    for input in [PACK, MANIFEST, "build/guest_pack.rs"] {
+    for input in [
+        PACK,
+        MANIFEST,
+        "build/guest_pack.rs",
+        "src/sandbox/scan_flag.rs",
+    ] {
         println!("cargo::rerun-if-changed={input}");
     }
     let manifest = std::fs::read_to_string(MANIFEST)
@@ -48,8 +55,9 @@ fn main() {
             "{PACK} unpacks to a guest with SHA-256 {hex}, not the {expected} of {MANIFEST}"
         ));
     }
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    std::fs::write(out.join("safe-python-guest.wasm"), &wasm)
-        .unwrap_or_else(|e| fail(&format!("cannot write the guest to {}: {e}", out.display())));
+    let flag = scan_flag::scan_flag(&wasm).unwrap_or_else(|| {
+        fail("the guest has no preopen scan flag: no call could be given files")
+    });
     println!("cargo::rustc-env=SAFE_PYTHON_GUEST_SHA256={hex}");
+    println!("cargo::rustc-env=SAFE_PYTHON_GUEST_SCAN_FLAG={flag}");
 }

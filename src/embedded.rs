@@ -1,8 +1,32 @@
-//! The guest artifact, embedded in the binary so that nothing is fetched or found at run time.
+//! The guest artifact, embedded in the binary so that nothing is fetched or found at run time: packed
+//! as it is committed (9 MB instead of 38, see `build/guest_pack.rs`), and unpacked only when it
+//! must be compiled, which a warm module cache spares every start.
 
-/// The pre-initialised RustPython module (built by `scripts/guest.sh`), as `build.rs` unpacked it
-/// from `wasm/safe-python-guest.pack.xz`.
-pub static WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/safe-python-guest.wasm"));
+use std::io::Read;
 
-/// SHA-256 of [`WASM`], computed by `build.rs`.
+#[path = "../build/guest_pack.rs"]
+mod guest_pack;
+
+/// The pre-initialised RustPython module (built by `scripts/guest.sh`), packed and LZMA-compressed.
+static PACK: &[u8] = include_bytes!("../wasm/safe-python-guest.pack.lzma");
+
+/// The most memory the LZMA decoder may take (its dictionary, set by `xz -9e`: 64 MiB).
+const MAX_LZMA_KIB: u32 = 256 * 1024;
+
+/// SHA-256 of the unpacked guest, which `build.rs` checked against `wasm/MANIFEST`.
 pub const SHA256: &str = env!("SAFE_PYTHON_GUEST_SHA256");
+
+/// Where the guest's wasi-libc records that it has scanned the preopens
+/// ([`crate::sandbox::scan_flag`]), found by `build.rs`.
+pub fn scan_flag() -> Option<u32> {
+    env!("SAFE_PYTHON_GUEST_SCAN_FLAG").parse().ok()
+}
+
+/// The guest module, unpacked (about 1.5 s): only to compile it.
+pub fn wasm() -> Result<Vec<u8>, String> {
+    let mut pack = Vec::new();
+    lzma_rust2::LzmaReader::new_mem_limit(PACK, MAX_LZMA_KIB, None)
+        .and_then(|mut reader| reader.read_to_end(&mut pack))
+        .map_err(|e| format!("cannot decompress the embedded guest: {e}"))?;
+    guest_pack::unpack(&pack)
+}

@@ -20,7 +20,7 @@ pub mod cache;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod cpython;
-mod embedded;
+pub mod embedded;
 pub mod engine;
 #[cfg(any(feature = "cli", feature = "mcp"))]
 pub mod flags;

@@ -104,11 +104,15 @@ fn binding(engine: &Engine, wasm_sha256: &str) -> String {
 /// Loads the compiled guest from `dir`, or compiles it (calling `on_compile` first, since that takes
 /// a while) and stores it there. An unusable or untrusted cache directory is not fatal: the module
 /// is then compiled in memory, with a warning.
-/// The module to compile: embedded bytes, or a file read only if it must be compiled.
+/// The module to compile, read (or unpacked) only if it must be compiled.
 #[derive(Clone, Copy)]
 pub enum Wasm<'a> {
-    Bytes(&'a [u8]),
+    /// The guest embedded in this binary ([`crate::embedded`]).
+    Embedded,
     File(&'a Path),
+    /// A module in memory (the cache's own tests).
+    #[cfg(test)]
+    Bytes(&'a [u8]),
 }
 
 pub fn load_or_compile(
@@ -121,8 +125,12 @@ pub fn load_or_compile(
     let mut compile = |entry: Option<&Path>| {
         on_compile(entry);
         match wasm {
-            Wasm::Bytes(bytes) => Module::new(engine, bytes),
+            Wasm::Embedded => crate::embedded::wasm()
+                .map_err(wasmtime::Error::msg)
+                .and_then(|wasm| Module::new(engine, wasm)),
             Wasm::File(path) => Module::from_file(engine, path),
+            #[cfg(test)]
+            Wasm::Bytes(bytes) => Module::new(engine, bytes),
         }
         .map_err(CacheError::Compile)
     };

@@ -16,6 +16,7 @@ mod instance;
 mod mount;
 pub(crate) mod pagemap;
 mod pool;
+pub(crate) mod scan_flag;
 pub(crate) mod snapshot;
 mod template;
 
@@ -143,7 +144,7 @@ pub struct Sandbox {
     template: Arc<OnceCell<Arc<Template>>>,
     /// Where the module's bytes are, to find its preopen-scan flag when files are first given.
     module_file: Option<Arc<PathBuf>>,
-    /// That flag's address ([`files::scan_flag`]), found once.
+    /// That flag's address ([`scan_flag::scan_flag`]), found once.
     scan_flag: Arc<OnceLock<Option<u32>>>,
     /// The RustPython engine's instance pool, when `engine` has one ([`engine::pooled`]).
     pool: Option<Arc<Pool>>,
@@ -172,12 +173,7 @@ impl Sandbox {
                 (engine, None)
             }
         };
-        let (module, prepared) = Self::load(
-            &engine,
-            Wasm::Bytes(embedded::WASM),
-            embedded::SHA256,
-            options,
-        )?;
+        let (module, prepared) = Self::load(&engine, Wasm::Embedded, embedded::SHA256, options)?;
         let sandbox = Self::link(&engine, metering, module, prepared, Guest::RustPython)?;
         Ok(Sandbox { pool, ..sandbox })
     }
@@ -282,10 +278,10 @@ impl Sandbox {
         let flag = self
             .scan_flag
             .get_or_init(|| match (&self.guest, &self.module_file) {
-                (Guest::RustPython, _) => files::scan_flag(embedded::WASM),
+                (Guest::RustPython, _) => embedded::scan_flag(),
                 (Guest::CPython(_), Some(path)) => std::fs::read(path.as_path())
                     .ok()
-                    .and_then(|wasm| files::scan_flag(&wasm)),
+                    .and_then(|wasm| scan_flag::scan_flag(&wasm)),
                 (Guest::CPython(_), None) => None,
             });
         flag.ok_or(SandboxError::NoFileSystem)

@@ -85,7 +85,7 @@ impl Pool {
             engine::new(EngineKind::RustPython, self.metering).map_err(SandboxError::Engine)?;
         let (module, _) = cache::load_or_compile(
             &engine,
-            Wasm::Bytes(embedded::WASM),
+            Wasm::Embedded,
             embedded::SHA256,
             self.cache_dir.as_deref(),
             &mut |_| {},

@@ -273,8 +273,7 @@ fn random_is_seeded_once_per_session() {
 #[test]
 fn the_guest_has_no_mutable_global_but_the_stack_pointer() {
     use wasmparser::{KnownCustom, Name, Parser, Payload};
-    // The guest as embedded: build.rs unpacks it from wasm/ into OUT_DIR.
-    let wasm = std::fs::read(concat!(env!("OUT_DIR"), "/safe-python-guest.wasm")).unwrap();
+    let wasm = safe_python_executor::embedded::wasm().unwrap();
     let (mut mutable, mut names) = (Vec::new(), Vec::new());
     for payload in Parser::new(0).parse_all(&wasm) {
         match payload.unwrap() {
