@@ -23,7 +23,12 @@ MANIFEST=wasm/MANIFEST
 # scan flag (src/sandbox/files.rs), without which no call could be given files.
 WASM_OPT=binaryen@132.0.0
 WASM_OPT_FLAGS="-O2 -g --no-inline=__wasilibc_populate_preopens --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext --enable-mutable-globals"
-BUILD_FLAGS="--release --target $TARGET --locked --ignore-rust-version; remap cargo home and checkout; $WASM_OPT wasm-opt $WASM_OPT_FLAGS; wizen-guest init=sandbox_init"
+# LLVM's inlining threshold (default 225) for the guest crate's final, fat-LTO optimisation, which
+# covers all of RustPython: 1000 inlines more of the interpreter's small calls, each of which also
+# costs a fuel check. Measured (benches/compare.rs, builds alternated): 7% faster compute, and a
+# 48 MB guest instead of 38.5 MB (9.7 MB packed instead of 9.0).
+LLVM_ARGS="-C llvm-args=-inline-threshold=1000"
+BUILD_FLAGS="--release --target $TARGET --locked --ignore-rust-version --lib -- $LLVM_ARGS; remap cargo home and checkout; $WASM_OPT wasm-opt $WASM_OPT_FLAGS; wizen-guest init=sandbox_init"
 # Build paths end up in the artifact (panic locations): map them to fixed names so that the same
 # sources give the same artifact on any machine.
 GUEST_RUSTFLAGS="--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo --remap-path-prefix=$PWD=/src"
@@ -44,7 +49,8 @@ manifest_value() { sed -n "s/^$1=//p" "$MANIFEST"; }
 case "${1:-}" in
   build)
     command -v rustup >/dev/null && rustup target add "$TARGET" >/dev/null
-    (cd guest && RUSTFLAGS="$GUEST_RUSTFLAGS" cargo build --release --target "$TARGET" --locked --ignore-rust-version)
+    # shellcheck disable=SC2086 # the flags are words
+    (cd guest && RUSTFLAGS="$GUEST_RUSTFLAGS" cargo rustc --release --target "$TARGET" --locked --ignore-rust-version --lib -- $LLVM_ARGS)
     command -v npm >/dev/null || { echo "guest.sh: npm is needed to run $WASM_OPT's wasm-opt" >&2; exit 1; }
     # shellcheck disable=SC2086 # the flags are words
     NODE_OPTIONS=--max-old-space-size=8192 npm exec --yes --package="$WASM_OPT" -- wasm-opt $WASM_OPT_FLAGS \
