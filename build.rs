@@ -9,14 +9,10 @@ mod guest_pack;
 #[path = "src/sandbox/scan_flag.rs"]
 mod scan_flag;
 
-use std::io::Read;
-
 use sha2::{Digest, Sha256};
 
 const PACK: &str = "wasm/safe-python-guest.pack.lzma";
 const MANIFEST: &str = "wasm/MANIFEST";
-/// The most memory the LZMA decoder may take (its dictionary, set by `xz -9e`: 64 MiB).
-const MAX_LZMA_KIB: u32 = 256 * 1024;
 
 fn fail(what: &str) -> ! {
     panic!("{what} (the guest is committed in {PACK}; see scripts/guest.sh)")
@@ -40,11 +36,8 @@ fn main() {
 
     let file =
         std::fs::File::open(PACK).unwrap_or_else(|e| fail(&format!("cannot read {PACK}: {e}")));
-    let mut pack = Vec::new();
-    lzma_rust2::LzmaReader::new_mem_limit(std::io::BufReader::new(file), MAX_LZMA_KIB, None)
-        .and_then(|mut reader| reader.read_to_end(&mut pack))
-        .unwrap_or_else(|e| fail(&format!("cannot decompress {PACK}: {e}")));
-    let wasm = guest_pack::unpack(&pack).unwrap_or_else(|e| fail(&format!("{PACK}: {e}")));
+    let wasm = guest_pack::unpack_committed(std::io::BufReader::new(file))
+        .unwrap_or_else(|e| fail(&format!("{PACK}: {e}")));
 
     let hex: String = Sha256::digest(&wasm)
         .iter()

@@ -12,7 +12,8 @@
 //! Layout (integers little-endian): [`MAGIC`], the number of blocks (u32), then per block the
 //! bytes copied before it (u64) and its decompressed length (u32), then the body.
 //!
-//! Shared by `build.rs` (unpack) and `src/bin/pack-guest.rs` (pack, run by `scripts/guest.sh`).
+//! Shared by `build.rs` (unpack, to check it), `src/embedded.rs` (unpack, to compile it) and
+//! `src/bin/pack-guest.rs` (pack, run by `scripts/guest.sh`).
 
 /// Starts every pack: its format's name and version.
 pub const MAGIC: &[u8; 16] = b"spx-guest-pack1\n";
@@ -22,6 +23,20 @@ const MAX_RAW: usize = 64 << 20;
 
 /// The longest frozen-module name looked for.
 const MAX_NAME: usize = 200;
+
+/// The most memory the LZMA decoder may take (its dictionary, set by `xz -9e`: 64 MiB).
+const MAX_LZMA_KIB: u32 = 256 * 1024;
+
+/// The guest from its committed form (`xz --format=lzma` around a pack).
+#[allow(dead_code)] // pack-guest and the tests handle bare packs
+pub fn unpack_committed(lzma: impl std::io::Read) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let mut pack = Vec::new();
+    lzma_rust2::LzmaReader::new_mem_limit(lzma, MAX_LZMA_KIB, None)
+        .and_then(|mut reader| reader.read_to_end(&mut pack))
+        .map_err(|e| format!("cannot decompress it: {e}"))?;
+    unpack(&pack)
+}
 
 fn u32_at(bytes: &[u8], at: usize) -> Option<usize> {
     let b = bytes.get(at..at.checked_add(4)?)?;

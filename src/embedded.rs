@@ -2,16 +2,11 @@
 //! as it is committed (9 MB instead of 38, see `build/guest_pack.rs`), and unpacked only when it
 //! must be compiled, which a warm module cache spares every start.
 
-use std::io::Read;
-
 #[path = "../build/guest_pack.rs"]
 mod guest_pack;
 
 /// The pre-initialised RustPython module (built by `scripts/guest.sh`), packed and LZMA-compressed.
 static PACK: &[u8] = include_bytes!("../wasm/safe-python-guest.pack.lzma");
-
-/// The most memory the LZMA decoder may take (its dictionary, set by `xz -9e`: 64 MiB).
-const MAX_LZMA_KIB: u32 = 256 * 1024;
 
 /// SHA-256 of the unpacked guest, which `build.rs` checked against `wasm/MANIFEST`.
 pub const SHA256: &str = env!("SAFE_PYTHON_GUEST_SHA256");
@@ -24,9 +19,5 @@ pub fn scan_flag() -> Option<u32> {
 
 /// The guest module, unpacked (about 1.5 s): only to compile it.
 pub fn wasm() -> Result<Vec<u8>, String> {
-    let mut pack = Vec::new();
-    lzma_rust2::LzmaReader::new_mem_limit(PACK, MAX_LZMA_KIB, None)
-        .and_then(|mut reader| reader.read_to_end(&mut pack))
-        .map_err(|e| format!("cannot decompress the embedded guest: {e}"))?;
-    guest_pack::unpack(&pack)
+    guest_pack::unpack_committed(PACK).map_err(|e| format!("the embedded guest: {e}"))
 }
