@@ -2,7 +2,7 @@
 # Builds the committed guest artifact, or checks that it matches the guest's sources.
 #
 #   scripts/guest.sh build   rebuild the guest, optimise it, pack it into wasm/ and write wasm/MANIFEST
-#                            (25-40 min on 2 cores the first time, then about 8; needs npm)
+#                            (25-40 min on 2 cores the first time, then about 10; needs npm)
 #   scripts/guest.sh check   fail if guest/ or protocol/ changed since the artifact was built (instant)
 #
 # Whoever changes guest/, protocol/ or the wizening tool runs `build` and commits wasm/. CI only runs
@@ -20,7 +20,7 @@ MANIFEST=wasm/MANIFEST
 # binaryen's optimiser, from npm (its wasm-opt runs on Node): -O2 made the bench programs about 10%
 # faster (1.5% fewer wasm instructions) and the guest 2 MB smaller; it takes about 5 minutes.
 # `-g` keeps the names and `--no-inline` the function in which the host finds wasi-libc's preopen
-# scan flag (src/sandbox/files.rs), without which no call could be given files.
+# scan flag (src/sandbox/scan_flag.rs), without which no call could be given files.
 WASM_OPT=binaryen@132.0.0
 WASM_OPT_FLAGS="-O2 -g --no-inline=__wasilibc_populate_preopens --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext --enable-mutable-globals"
 # LLVM's inlining threshold (default 225) for the guest crate's final, fat-LTO optimisation, which
@@ -57,7 +57,7 @@ case "${1:-}" in
       "guest/target/$TARGET/release/safe_python_guest.wasm" -o "$ARTIFACT.opt"
     cargo run --features wizer --bin wizen-guest -- "$ARTIFACT.opt" "$ARTIFACT.new"
     rm "$ARTIFACT.opt"
-    # The host finds the preopen scan flag by this function's name (src/sandbox/files.rs): a guest
+    # build.rs finds the preopen scan flag by this function's name (src/sandbox/scan_flag.rs): a guest
     # without it could never be given files.
     grep -q __wasilibc_populate_preopens "$ARTIFACT.new" ||
       { echo "guest.sh: the guest lost __wasilibc_populate_preopens (or its name): calls could not be given files" >&2; exit 1; }

@@ -12,7 +12,7 @@ static PACK: &[u8] = include_bytes!("../wasm/safe-python-guest.pack.lzma");
 pub const SHA256: &str = env!("SAFE_PYTHON_GUEST_SHA256");
 
 /// Where the guest's wasi-libc records that it has scanned the preopens
-/// ([`crate::sandbox::scan_flag`]), found by `build.rs`.
+/// (`src/sandbox/scan_flag.rs`), found by `build.rs`.
 pub fn scan_flag() -> Option<u32> {
     env!("SAFE_PYTHON_GUEST_SCAN_FLAG").parse().ok()
 }

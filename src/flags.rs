@@ -34,8 +34,9 @@ pub struct SandboxFlags {
     pub memory: u64,
 
     /// Instruction budget in fuel units (11-14 billion per second of compute on a 2026 x86 core),
-    /// the same on any machine. `off` counts no instructions: compute runs about a third faster on the CPython
-    /// engine and the time limit alone stops it (the engine is compiled once more for it).
+    /// the same on any machine. `off` counts no instructions: compute runs about a third faster on
+    /// the CPython engine and the time limit alone stops it (the engine is compiled once more for
+    /// it).
     #[arg(long, value_name = "N|off", default_value_t = Fuel::Budget(Limits::DEFAULT_FUEL), value_parser = parse_fuel, env = "SAFE_PYTHON_FUEL")]
     pub fuel: Fuel,
 

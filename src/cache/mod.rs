@@ -101,9 +101,6 @@ fn binding(engine: &Engine, wasm_sha256: &str) -> String {
     )
 }
 
-/// Loads the compiled guest from `dir`, or compiles it (calling `on_compile` first, since that takes
-/// a while) and stores it there. An unusable or untrusted cache directory is not fatal: the module
-/// is then compiled in memory, with a warning.
 /// The module to compile, read (or unpacked) only if it must be compiled.
 #[derive(Clone, Copy)]
 pub enum Wasm<'a> {
@@ -115,6 +112,9 @@ pub enum Wasm<'a> {
     Bytes(&'a [u8]),
 }
 
+/// Loads the compiled guest from `dir`, or compiles it (calling `on_compile` first, since that takes
+/// a while) and stores it there. An unusable or untrusted cache directory is not fatal: the module
+/// is then compiled in memory, with a warning.
 pub fn load_or_compile(
     engine: &Engine,
     wasm: Wasm<'_>,

@@ -6,8 +6,8 @@
 //!
 //! The guests find folders by scanning the preopened descriptors once (wasi-libc), and both
 //! guests' snapshots were taken after that scan, with no folder to find. So when a call brings
-//! files, the host clears the flag that records the scan (`scan_flag`: found in the module by
-//! reading the one function that sets it), and the guest scans again on its next path.
+//! files, the host clears the flag that records the scan ([`super::scan_flag`]: found in the module
+//! by reading the one function that sets it), and the guest scans again on its next path.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
