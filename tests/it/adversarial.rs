@@ -36,9 +36,10 @@ use std::time::{Duration, Instant};
 
 use common::Engine;
 use common::client::{
-    Client, connect, handle_in, new_session, refused, run_python, run_python_with, session_call,
-    text,
+    Began, Client, connect, handle_in, new_session, refused, run_python, run_python_with,
+    session_call, text,
 };
+use rmcp::ClientHandler;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use safe_python_executor::mcp::REPLY_OVERHEAD_BYTES;
 use serde::Deserialize;
@@ -105,10 +106,16 @@ impl Case {
 }
 
 async fn server(dir: &Path, engine: Engine, extra: &[&str]) -> Client {
-    server_with_timeout(dir, engine, TIMEOUT_SECS, extra).await
+    server_with_timeout((), dir, engine, TIMEOUT_SECS, extra).await
 }
 
-async fn server_with_timeout(dir: &Path, engine: Engine, timeout: u64, extra: &[&str]) -> Client {
+async fn server_with_timeout<H: ClientHandler>(
+    handler: H,
+    dir: &Path,
+    engine: Engine,
+    timeout: u64,
+    extra: &[&str],
+) -> Client<H> {
     let mut command = common::spawn::mcp_server(&[
         "--timeout",
         &timeout.to_string(),
@@ -127,7 +134,7 @@ async fn server_with_timeout(dir: &Path, engine: Engine, timeout: u64, extra: &[
         .current_dir(dir)
         .env("SAFE_PYTHON_LOG", "error")
         .env(CANARY_ENV, CANARY_VALUE);
-    let client = connect((), command).await;
+    let client = connect(handler, command).await;
     // The first call waits for the sandbox; keep it out of the timed cases.
     client.call_tool(run_python("None", None)).await.unwrap();
     client
@@ -237,8 +244,8 @@ async fn run_suite(engine: Engine, in_sessions: bool) {
     let (strict, open, patient_strict, patient_open) = tokio::join!(
         server(dir, engine, &[]),
         server(dir, engine, open_flags),
-        server_with_timeout(dir, engine, PATIENT_TIMEOUT_SECS, &[]),
-        server_with_timeout(dir, engine, PATIENT_TIMEOUT_SECS, open_flags),
+        server_with_timeout((), dir, engine, PATIENT_TIMEOUT_SECS, &[]),
+        server_with_timeout((), dir, engine, PATIENT_TIMEOUT_SECS, open_flags),
     );
     let mut failures = Vec::new();
     let mut handles: Vec<String> = Vec::new();
@@ -362,7 +369,7 @@ async fn session_server(extra: &[&str]) -> Client {
 }
 
 /// Runs `code` in `session` and returns its result.
-async fn result_in(client: &Client, session: &str, code: &str) -> Value {
+async fn result_in<H: ClientHandler>(client: &Client<H>, session: &str, code: &str) -> Value {
     let v = session_call(client, session, code).await;
     assert_eq!(v["session"]["id"], session, "{v}");
     v["result"].clone()
@@ -467,14 +474,24 @@ async fn a_handle_after_reset_eviction_or_expiry_says_which() {
 
 #[tokio::test]
 async fn a_busy_session_is_never_evicted_and_none_starts_when_all_are_busy() {
-    // The calls below sleep 2 s, within the suite's timeout.
-    let client = session_server(&["--max-sessions", "2", "--workers", "4"]).await;
+    // Each busy call marks itself once running, then sleeps 2 s; the new session is asked for only
+    // then, so that on a loaded machine it cannot overtake the busy calls and find them idle.
+    let began = Began::default();
+    let client = server_with_timeout(
+        began.clone(),
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        Engine::RustPython,
+        PATIENT_TIMEOUT_SECS,
+        &["--max-sessions", "2", "--workers", "4"],
+    )
+    .await;
+    let busy = |name: &str| format!("{}time.sleep(2)\nkept", Began::mark(name));
     let a = new_session(&client, "import time\nkept = 'a'").await;
     let b = new_session(&client, "kept = 'b'").await;
     // a is the least recently used, but busy: the new session evicts b.
-    let long = client.call_tool(run_python("time.sleep(2)\nkept", Some(&a)));
+    let long = client.call_tool(run_python(&busy("a1"), Some(&a)));
     let newer = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        began.wait("a1").await;
         new_session(&client, "import time\nkept = 'c'").await
     };
     let (long, c) = tokio::join!(long, newer);
@@ -482,18 +499,19 @@ async fn a_busy_session_is_never_evicted_and_none_starts_when_all_are_busy() {
     assert!(refused(&client, &b).await.contains("closed to make room"));
 
     // Both open sessions busy: a new one is refused, and nothing is evicted.
-    let busy_a = client.call_tool(run_python("time.sleep(2)", Some(&a)));
-    let busy_c = client.call_tool(run_python("time.sleep(2)", Some(&c)));
+    let busy_a = client.call_tool(run_python(&busy("a2"), Some(&a)));
+    let busy_c = client.call_tool(run_python(&busy("c2"), Some(&c)));
     let attempt = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        began.wait("a2").await;
+        began.wait("c2").await;
         client
             .call_tool(run_python("kept = 'd'", Some("new")))
             .await
             .unwrap()
     };
     let (busy_a, busy_c, full) = tokio::join!(busy_a, busy_c, attempt);
-    assert_eq!(busy_a.unwrap().is_error, Some(false));
-    assert_eq!(busy_c.unwrap().is_error, Some(false));
+    assert_eq!(busy_a.unwrap().structured_content.unwrap()["result"], "'a'");
+    assert_eq!(busy_c.unwrap().structured_content.unwrap()["result"], "'c'");
     let text = text(&full);
     assert_eq!(full.is_error, Some(true), "{text}");
     assert!(full.structured_content.is_none(), "{full:?}");

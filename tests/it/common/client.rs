@@ -1,13 +1,18 @@
 //! The one place that speaks to `safe-python-mcp` as a client does (rmcp's, over the real
 //! process's stdio): connecting, building `run_python` calls, and reading their replies.
 
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, ClientRequest, Request};
-use rmcp::service::{PeerRequestOptions, RunningService};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientRequest, ProgressNotificationParam, Request,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
 /// A connected client whose notifications go to `H`.
 pub type Client<H = ()> = RunningService<RoleClient, H>;
@@ -42,6 +47,50 @@ pub fn run_python(code: &str, session: Option<&str>) -> CallToolRequestParams {
         arguments["session"] = json!(session);
     }
     run_python_with(arguments)
+}
+
+/// A client handler that knows which calls have begun running: code that prints a line
+/// `began <name>` (flushed) marks itself, and [`Began::wait`] waits for the mark. Tests that need a
+/// call to be running, not just sent, wait for it instead of sleeping, which a loaded machine
+/// outlasts.
+#[derive(Clone)]
+pub struct Began(Arc<watch::Sender<HashSet<String>>>);
+
+impl Default for Began {
+    fn default() -> Self {
+        Began(Arc::new(watch::Sender::new(HashSet::new())))
+    }
+}
+
+impl Began {
+    /// The line that code prints first to mark itself as `name`.
+    pub fn mark(name: &str) -> String {
+        format!("print('began {name}', flush=True)\n")
+    }
+
+    /// Returns once the code marked `name` has printed its mark.
+    pub async fn wait(&self, name: &str) {
+        let mut seen = self.0.subscribe();
+        seen.wait_for(|names| names.contains(name))
+            .await
+            .expect("the handler lives as long as the client");
+    }
+}
+
+impl ClientHandler for Began {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let Some(message) = params.message else {
+            return;
+        };
+        for name in message.lines().filter_map(|l| l.strip_prefix("began ")) {
+            self.0
+                .send_if_modified(|names| names.insert(name.to_owned()));
+        }
+    }
 }
 
 /// Sends `call`, and cancels it (`notifications/cancelled`) once it has run for `after`.
