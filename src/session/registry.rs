@@ -92,8 +92,9 @@ enum Ended {
 
 /// Handles of dropped sessions remembered, to say why they are gone.
 const GONE_REMEMBERED: NonZeroUsize = NonZeroUsize::new(4096).unwrap();
-/// The longest a new session waits for full sessions that are only recording their last call
-/// ([`Sessions::admit_when_room`]): that takes milliseconds; this bounds the wait should one hang.
+/// The longest a new session waits for full sessions that are only recording their last call or
+/// undoing a cancelled one ([`Sessions::admit_when_room`]): that takes milliseconds; this bounds
+/// the wait should one hang.
 const RECORDING_WAIT: Duration = Duration::from_secs(2);
 
 /// A live session, shared by the calls that use it.
@@ -102,9 +103,9 @@ type Shared = Arc<tokio::sync::Mutex<Session>>;
 pub struct Sessions {
     limits: SessionLimits,
     registry: Mutex<Registry>,
-    /// Sessions whose call has replied but which still record their new state (see
-    /// [`Lease::run`]): busy for a moment only, so a new session waits for them rather than be
-    /// refused by a client that had its reply and went straight on.
+    /// Sessions whose call has replied (or was cancelled) but which still record their new state
+    /// or undo the call (see [`Aftermath`]): busy for a moment only, so a new session waits for
+    /// them rather than be refused by a client that had its reply and went straight on.
     recording: AtomicUsize,
     /// Told each time one of those is done.
     recorded: Notify,
@@ -194,8 +195,8 @@ impl Sessions {
     }
 
     /// [`Sessions::admit`], waiting while every session is busy but some are only recording the
-    /// call they have just answered (at most [`RECORDING_WAIT`]); when all are running calls, it
-    /// is refused at once.
+    /// call they have just answered or undoing a cancelled one (at most [`RECORDING_WAIT`]); when
+    /// all are running calls, it is refused at once.
     async fn admit_when_room(&self, session: &Shared) -> Result<SessionId, SessionError> {
         let deadline = tokio::time::Instant::now() + RECORDING_WAIT;
         loop {
@@ -364,9 +365,9 @@ impl Lease {
         let ran = tokio::select! {
             ran = self.session.run(code, options) => ran,
             () = cancelled => {
-                let mut session = self.session;
+                let mut after = Aftermath::new(self.sessions, self.session);
                 tokio::spawn(async move {
-                    if let Err(e) = session.recover().await {
+                    if let Err(e) = after.session().recover().await {
                         // The session stays marked unfinished: its next call tries again.
                         tracing::warn!("cannot undo a cancelled session call yet: {e:#}");
                     }
@@ -375,16 +376,8 @@ impl Lease {
             }
         };
         self.sessions.touch(self.id);
-        let mut session = self.session;
-        let sessions = self.sessions.clone();
-        sessions.recording.fetch_add(1, Ordering::SeqCst);
-        tokio::task::spawn_blocking(move || {
-            session.save();
-            // No longer busy (unless another call waits for it).
-            drop(session);
-            sessions.recording.fetch_sub(1, Ordering::SeqCst);
-            sessions.recorded.notify_waiters();
-        });
+        let mut after = Aftermath::new(self.sessions.clone(), self.session);
+        tokio::task::spawn_blocking(move || after.session().save());
         let ran = ran?;
         Ok(Some(LeaseRun {
             result: ran.result,
@@ -395,5 +388,38 @@ impl Lease {
                 rolled_back: ran.rolled_back,
             },
         }))
+    }
+}
+
+/// A session that a call has left, while it does what the call left behind (records its new state,
+/// or undoes a cancelled call): counted in [`Sessions::recording`] until dropped, however that
+/// work ends, a panic included.
+struct Aftermath {
+    sessions: Arc<Sessions>,
+    /// Always `Some` until dropped: released before the count, so that whoever the count wakes
+    /// finds the session idle.
+    session: Option<OwnedMutexGuard<Session>>,
+}
+
+impl Aftermath {
+    fn new(sessions: Arc<Sessions>, session: OwnedMutexGuard<Session>) -> Aftermath {
+        sessions.recording.fetch_add(1, Ordering::SeqCst);
+        Aftermath {
+            sessions,
+            session: Some(session),
+        }
+    }
+
+    fn session(&mut self) -> &mut Session {
+        self.session.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Aftermath {
+    fn drop(&mut self) {
+        // No longer busy (unless another call waits for it).
+        drop(self.session.take());
+        self.sessions.recording.fetch_sub(1, Ordering::SeqCst);
+        self.sessions.recorded.notify_waiters();
     }
 }

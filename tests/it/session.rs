@@ -421,3 +421,37 @@ fn a_held_session_is_never_evicted_and_a_full_registry_refuses() {
         assert!(matches!(gone, Err(SessionError::Evicted { max: 1, .. })));
     });
 }
+
+/// A cancelled call is undone in the background, the session busy meanwhile; a new session asked
+/// for then, on a full registry, waits for the undo and takes the session's place instead of being
+/// refused as if a call still ran (the undo of a call that wrote 96 MiB outlasts the request).
+#[test]
+fn a_session_undoing_a_cancelled_call_makes_room_for_a_new_one() {
+    runtime().block_on(async {
+        let sessions = Sessions::new(SessionLimits {
+            max: 1,
+            idle: Duration::from_secs(600),
+        });
+        let (mut id, _, _) = through(&sessions, SessionRequest::New, false, "x = 1").await;
+        for round in 0..3 {
+            let lease = sessions
+                .checkout(SessionRequest::Continue(id), false, sandbox())
+                .await
+                .unwrap();
+            let cancelled = lease
+                .run(
+                    "big = b'x' * (96 << 20)\nwhile True: pass",
+                    &RunOptions::default(),
+                    tokio::time::sleep(Duration::from_millis(300)),
+                )
+                .await
+                .unwrap();
+            assert!(cancelled.is_none());
+            let newer = sessions
+                .checkout(SessionRequest::New, false, sandbox())
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+            id = newer.id();
+        }
+    });
+}
