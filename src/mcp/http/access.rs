@@ -28,7 +28,7 @@ pub struct HttpFlags {
     )]
     pub token: Option<String>,
 
-    /// With --http: also accept requests whose Host header is HOST[:PORT] (repeatable), such as the
+    /// With --http: also accept requests whose Host header is `HOST[:PORT]` (repeatable), such as the
     /// name clients or a reverse proxy use. Without a port, any port.
     #[arg(
         long,
@@ -39,7 +39,7 @@ pub struct HttpFlags {
     pub allow_host: Vec<String>,
 
     /// With --http: also accept requests from web pages of this origin (repeatable), such as
-    /// https://app.example.com. Requests without an Origin header (not from a browser) are not
+    /// `https://app.example.com`. Requests without an Origin header (not from a browser) are not
     /// affected.
     #[arg(
         long,
