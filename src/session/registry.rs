@@ -26,12 +26,14 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 use schemars::JsonSchema;
 use serde::Serialize;
-use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::sync::Notify;
 
 use super::Session;
 pub use super::handle::{NEW, SESSION_PATTERN, SessionError, SessionId, SessionRequest, minutes};
-use crate::outcome::RunResult;
-use crate::sandbox::{RunOptions, Sandbox, SandboxError};
+use crate::sandbox::Sandbox;
+
+mod lease;
+pub use lease::{Lease, LeaseRun};
 
 /// How many sessions may live, and for how long without a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +106,7 @@ pub struct Sessions {
     limits: SessionLimits,
     registry: Mutex<Registry>,
     /// Sessions whose call has replied (or was cancelled) but which still record their new state
-    /// or undo the call (see [`Aftermath`]): busy for a moment only, so a new session waits for
+    /// or undo the call (see [`Lease::run`]): busy for a moment only, so a new session waits for
     /// them rather than be refused by a client that had its reply and went straight on.
     recording: AtomicUsize,
     /// Told each time one of those is done.
@@ -328,98 +330,5 @@ fn drop_off_async_workers<T: Send + 'static>(value: T) {
             runtime.spawn_blocking(move || drop(value));
         }
         Err(_) => drop(value),
-    }
-}
-
-/// A session locked for one call.
-pub struct Lease {
-    sessions: Arc<Sessions>,
-    id: SessionId,
-    started: Option<Start>,
-    session: OwnedMutexGuard<Session>,
-}
-
-/// How a call in a session went (see [`Lease::run`]).
-#[derive(Debug)]
-pub struct LeaseRun {
-    pub result: RunResult,
-    pub session: SessionReport,
-}
-
-impl Lease {
-    /// The session's handle.
-    pub fn id(&self) -> SessionId {
-        self.id
-    }
-
-    /// Runs `code` in the session, unless `cancelled` resolves first: then the half-run call is
-    /// undone in the background (the session's next call waits for that) and the result is
-    /// `None`. After a run, the session's idle time counts from now, and its new state is recorded
-    /// on a blocking thread while the reply goes out.
-    pub async fn run(
-        mut self,
-        code: &str,
-        options: &RunOptions,
-        cancelled: impl Future<Output = ()>,
-    ) -> Result<Option<LeaseRun>, SandboxError> {
-        let ran = tokio::select! {
-            ran = self.session.run(code, options) => ran,
-            () = cancelled => {
-                let mut after = Aftermath::new(self.sessions, self.session);
-                tokio::spawn(async move {
-                    if let Err(e) = after.session().recover().await {
-                        // The session stays marked unfinished: its next call tries again.
-                        tracing::warn!("cannot undo a cancelled session call yet: {e:#}");
-                    }
-                });
-                return Ok(None);
-            }
-        };
-        self.sessions.touch(self.id);
-        let mut after = Aftermath::new(self.sessions.clone(), self.session);
-        tokio::task::spawn_blocking(move || after.session().save());
-        let ran = ran?;
-        Ok(Some(LeaseRun {
-            result: ran.result,
-            session: SessionReport {
-                id: self.id,
-                call: ran.call,
-                started: self.started,
-                rolled_back: ran.rolled_back,
-            },
-        }))
-    }
-}
-
-/// A session that a call has left, while it does what the call left behind (records its new state,
-/// or undoes a cancelled call): counted in [`Sessions::recording`] until dropped, however that
-/// work ends, a panic included.
-struct Aftermath {
-    sessions: Arc<Sessions>,
-    /// Always `Some` until dropped: released before the count, so that whoever the count wakes
-    /// finds the session idle.
-    session: Option<OwnedMutexGuard<Session>>,
-}
-
-impl Aftermath {
-    fn new(sessions: Arc<Sessions>, session: OwnedMutexGuard<Session>) -> Aftermath {
-        sessions.recording.fetch_add(1, Ordering::SeqCst);
-        Aftermath {
-            sessions,
-            session: Some(session),
-        }
-    }
-
-    fn session(&mut self) -> &mut Session {
-        self.session.as_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for Aftermath {
-    fn drop(&mut self) {
-        // No longer busy (unless another call waits for it).
-        drop(self.session.take());
-        self.sessions.recording.fetch_sub(1, Ordering::SeqCst);
-        self.sessions.recorded.notify_waiters();
     }
 }
