@@ -7,13 +7,14 @@ use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use rmcp::ClientHandler;
 use rmcp::model::ProtocolVersion;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::client::{Client, handle_in, run_python, structured};
+use crate::common::client::{Began, Client, handle_in, run_python, structured};
 use crate::common::spawn::mcp_server;
 
 /// A token long enough to be accepted.
@@ -62,12 +63,23 @@ impl Server {
 
     /// An rmcp client over HTTP, with `lifecycle`, sending `token` if any.
     async fn client(&self, lifecycle: ClientLifecycleMode, token: Option<&str>) -> Client {
+        self.client_with((), lifecycle, token).await
+    }
+
+    /// [`Server::client`], with `handler` taking the server's notifications.
+    async fn client_with<H: ClientHandler>(
+        &self,
+        handler: H,
+        lifecycle: ClientLifecycleMode,
+        token: Option<&str>,
+    ) -> Client<H> {
         let mut config = StreamableHttpClientTransportConfig::with_uri(self.url());
         if let Some(token) = token {
             config = config.auth_header(token);
         }
         let transport = StreamableHttpClientTransport::from_config(config);
-        ().serve_with_lifecycle(transport, lifecycle)
+        handler
+            .serve_with_lifecycle(transport, lifecycle)
             .await
             .expect("the server answers the client's lifecycle")
     }
@@ -341,17 +353,15 @@ async fn an_idle_connection_is_closed() {
 #[tokio::test]
 async fn sigterm_drains_the_calls_in_flight() {
     let mut server = loopback(&[]);
-    let client = server.client(modern(), None).await;
+    let began = Began::default();
+    let client = server.client_with(began.clone(), modern(), None).await;
     client.call_tool(run_python("None", None)).await.unwrap(); // the sandbox is ready
-    let call = tokio::spawn(async move {
-        client
-            .call_tool(run_python(
-                "import time; time.sleep(2); print('done')",
-                None,
-            ))
-            .await
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let code = format!(
+        "{}import time; time.sleep(2); print('done')",
+        Began::mark("sleep")
+    );
+    let call = tokio::spawn(async move { client.call_tool(run_python(&code, None)).await });
+    began.wait("sleep").await;
     server.terminate();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
@@ -359,7 +369,7 @@ async fn sigterm_drains_the_calls_in_flight() {
         "still accepting"
     );
     let reply = call.await.unwrap().expect("the call finishes");
-    assert_eq!(structured(&reply)["stdout"], "done\n", "{reply:?}");
+    assert_eq!(structured(&reply)["stdout"], "began sleep\ndone\n", "{reply:?}");
     let status = server
         .wait(Duration::from_secs(5))
         .expect("the server exits after the call");
@@ -371,11 +381,12 @@ async fn sigterm_drains_the_calls_in_flight() {
 #[tokio::test]
 async fn sigterm_stops_what_outlasts_the_drain() {
     let mut server = loopback(&["--timeout", "60", "--fuel", "10000000000000"]);
-    let client = server.client(modern(), None).await;
+    let began = Began::default();
+    let client = server.client_with(began.clone(), modern(), None).await;
     client.call_tool(run_python("None", None)).await.unwrap();
-    let call =
-        tokio::spawn(async move { client.call_tool(run_python("while True: pass", None)).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let code = format!("{}while True: pass", Began::mark("loop"));
+    let call = tokio::spawn(async move { client.call_tool(run_python(&code, None)).await });
+    began.wait("loop").await;
     let start = Instant::now();
     server.terminate();
     let drain = safe_python_executor::mcp::http::DRAIN;
