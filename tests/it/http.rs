@@ -369,7 +369,11 @@ async fn sigterm_drains_the_calls_in_flight() {
         "still accepting"
     );
     let reply = call.await.unwrap().expect("the call finishes");
-    assert_eq!(structured(&reply)["stdout"], "began sleep\ndone\n", "{reply:?}");
+    assert_eq!(
+        structured(&reply)["stdout"],
+        "began sleep\ndone\n",
+        "{reply:?}"
+    );
     let status = server
         .wait(Duration::from_secs(5))
         .expect("the server exits after the call");

@@ -1,12 +1,13 @@
 //! The one place that speaks to `safe-python-mcp` as a client does (rmcp's, over the real
 //! process's stdio): connecting, building `run_python` calls, and reading their replies.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientRequest, ProgressNotificationParam, Request,
+    CallToolRequestParams, CallToolResult, ClientRequest, ProgressNotificationParam, ProgressToken,
+    Request,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::TokioChildProcess;
@@ -54,11 +55,18 @@ pub fn run_python(code: &str, session: Option<&str>) -> CallToolRequestParams {
 /// call to be running, not just sent, wait for it instead of sleeping, which a loaded machine
 /// outlasts.
 #[derive(Clone)]
-pub struct Began(Arc<watch::Sender<HashSet<String>>>);
+pub struct Began {
+    marks: Arc<watch::Sender<HashSet<String>>>,
+    /// Each call's output since its last newline: a line may arrive in pieces.
+    partial: Arc<Mutex<HashMap<ProgressToken, String>>>,
+}
 
 impl Default for Began {
     fn default() -> Self {
-        Began(Arc::new(watch::Sender::new(HashSet::new())))
+        Began {
+            marks: Arc::new(watch::Sender::new(HashSet::new())),
+            partial: Arc::default(),
+        }
     }
 }
 
@@ -70,7 +78,7 @@ impl Began {
 
     /// Returns once the code marked `name` has printed its mark.
     pub async fn wait(&self, name: &str) {
-        let mut seen = self.0.subscribe();
+        let mut seen = self.marks.subscribe();
         seen.wait_for(|names| names.contains(name))
             .await
             .expect("the handler lives as long as the client");
@@ -86,8 +94,17 @@ impl ClientHandler for Began {
         let Some(message) = params.message else {
             return;
         };
-        for name in message.lines().filter_map(|l| l.strip_prefix("began ")) {
-            self.0
+        let lines = {
+            let mut partial = self.partial.lock().unwrap();
+            let pending = partial.entry(params.progress_token).or_default();
+            pending.push_str(&message);
+            let Some(end) = pending.rfind('\n') else {
+                return;
+            };
+            pending.drain(..=end).collect::<String>()
+        };
+        for name in lines.lines().filter_map(|l| l.strip_prefix("began ")) {
+            self.marks
                 .send_if_modified(|names| names.insert(name.to_owned()));
         }
     }
