@@ -19,7 +19,7 @@
 //! that its next call can say why it is gone rather than that it never existed.
 
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -94,10 +94,10 @@ enum Ended {
 
 /// Handles of dropped sessions remembered, to say why they are gone.
 const GONE_REMEMBERED: NonZeroUsize = NonZeroUsize::new(4096).unwrap();
-/// The longest a new session waits for full sessions that are only recording their last call or
-/// undoing a cancelled one ([`Sessions::admit_when_room`]): that takes milliseconds; this bounds
+/// The longest a new session waits for the session it would evict to finish recording its last call
+/// or undoing a cancelled one ([`Sessions::admit_when_room`]): that takes milliseconds; this bounds
 /// the wait should one hang.
-const RECORDING_WAIT: Duration = Duration::from_secs(2);
+const FINISHING_WAIT: Duration = Duration::from_secs(2);
 
 /// A live session, shared by the calls that use it.
 type Shared = Arc<tokio::sync::Mutex<Session>>;
@@ -105,12 +105,9 @@ type Shared = Arc<tokio::sync::Mutex<Session>>;
 pub struct Sessions {
     limits: SessionLimits,
     registry: Mutex<Registry>,
-    /// Sessions whose call has replied (or was cancelled) but which still record their new state
-    /// or undo the call (see [`Lease::run`]): busy for a moment only, so a new session waits for
-    /// them rather than be refused by a client that had its reply and went straight on.
-    recording: AtomicUsize,
-    /// Told each time one of those is done.
-    recorded: Notify,
+    /// Told each time a session has finished what its last call left behind (see
+    /// [`Entry::finishing`]).
+    finished: Notify,
 }
 
 struct Registry {
@@ -125,6 +122,11 @@ struct Registry {
 struct Entry {
     session: Shared,
     last_used: Instant,
+    /// Set while the session's call has replied (or was cancelled) but the session still records
+    /// its new state or undoes the call (see [`Lease::run`]): busy for a moment only, so a new
+    /// session that would evict it waits for it, rather than evict a more recently used one or be
+    /// refused.
+    finishing: Arc<AtomicBool>,
 }
 
 impl Entry {
@@ -132,6 +134,26 @@ impl Entry {
     fn busy(&self) -> bool {
         Arc::strong_count(&self.session) > 1
     }
+
+    /// Busy only finishing its last call: the finishing call's hold is the one other than ours.
+    fn only_finishing(&self) -> bool {
+        self.finishing.load(Ordering::SeqCst) && Arc::strong_count(&self.session) == 2
+    }
+}
+
+/// What [`Registry::evict_one`] did.
+enum Eviction {
+    Dropped(Entry),
+    /// The session to drop is only finishing its last call: try again once it has.
+    Soon,
+    AllBusy,
+}
+
+/// Why a new session was not admitted at once.
+enum NoRoom {
+    /// The session to evict is only finishing its last call: try again once it has.
+    Soon,
+    Refused(SessionError),
 }
 
 impl Sessions {
@@ -143,8 +165,7 @@ impl Sessions {
                 live: LruCache::unbounded(),
                 gone: LruCache::new(GONE_REMEMBERED),
             }),
-            recording: AtomicUsize::new(0),
-            recorded: Notify::new(),
+            finished: Notify::new(),
         });
         let weak: Weak<Sessions> = Arc::downgrade(&sessions);
         let every = (limits.idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(30));
@@ -174,11 +195,12 @@ impl Sessions {
         sandbox: &Sandbox,
     ) -> Result<Lease, SessionError> {
         self.expire_idle();
-        let (id, shared, mut started) = match request {
+        let (id, (shared, finishing), mut started) = match request {
             SessionRequest::New => {
                 let fresh = Arc::new(tokio::sync::Mutex::new(Session::new(sandbox).await?));
-                let id = self.admit_when_room(&fresh).await?;
-                (id, fresh, Some(Start::New))
+                let finishing = Arc::default();
+                let id = self.admit_when_room(&fresh, &finishing).await?;
+                (id, (fresh, finishing), Some(Start::New))
             }
             SessionRequest::Continue(id) => (id, self.find(id)?, None),
         };
@@ -193,41 +215,56 @@ impl Sessions {
             id,
             started,
             session,
+            finishing,
         })
     }
 
-    /// [`Sessions::admit`], waiting while every session is busy but some are only recording the
-    /// call they have just answered or undoing a cancelled one (at most [`RECORDING_WAIT`]); when
-    /// all are running calls, it is refused at once.
-    async fn admit_when_room(&self, session: &Shared) -> Result<SessionId, SessionError> {
-        let deadline = tokio::time::Instant::now() + RECORDING_WAIT;
+    /// [`Sessions::admit`], waiting while the session it would evict is only finishing its last
+    /// call (at most [`FINISHING_WAIT`]); when all are running calls, it is refused at once.
+    async fn admit_when_room(
+        &self,
+        session: &Shared,
+        finishing: &Arc<AtomicBool>,
+    ) -> Result<SessionId, SessionError> {
+        let deadline = tokio::time::Instant::now() + FINISHING_WAIT;
         loop {
-            // Listening before trying, so that a recording that ends in between is not missed.
-            let recorded = self.recorded.notified();
-            tokio::pin!(recorded);
-            recorded.as_mut().enable();
-            match self.admit(session.clone()) {
-                Err(SessionError::Full { .. }) if self.recording.load(Ordering::SeqCst) > 0 => {
-                    if tokio::time::timeout_at(deadline, recorded).await.is_err() {
-                        return self.admit(session.clone());
-                    }
+            // Listening before trying, so that a session that finishes in between is not missed.
+            let finished = self.finished.notified();
+            tokio::pin!(finished);
+            finished.as_mut().enable();
+            let patient = tokio::time::Instant::now() < deadline;
+            match self.admit(session.clone(), finishing.clone(), patient) {
+                Ok(id) => return Ok(id),
+                Err(NoRoom::Refused(e)) => return Err(e),
+                Err(NoRoom::Soon) => {
+                    let _ = tokio::time::timeout_at(deadline, finished).await;
                 }
-                admitted => return admitted,
             }
         }
     }
 
-    /// Registers a new session under a fresh handle, making room if needed.
-    fn admit(&self, session: Shared) -> Result<SessionId, SessionError> {
+    /// Registers a new session under a fresh handle, making room if needed (`patient`: by waiting
+    /// for the least recently used session if it is only finishing its last call).
+    fn admit(
+        &self,
+        session: Shared,
+        finishing: Arc<AtomicBool>,
+        patient: bool,
+    ) -> Result<SessionId, NoRoom> {
         let mut registry = self.lock();
         let mut evicted = None;
         if registry.live.len() >= self.limits.max {
-            evicted = Some(registry.evict_one().ok_or(SessionError::Full {
-                max: self.limits.max,
-            })?);
+            evicted = match registry.evict_one(patient) {
+                Eviction::Dropped(entry) => Some(entry),
+                Eviction::Soon => return Err(NoRoom::Soon),
+                Eviction::AllBusy => {
+                    let max = self.limits.max;
+                    return Err(NoRoom::Refused(SessionError::Full { max }));
+                }
+            };
         }
         let id = loop {
-            let id = SessionId::random().map_err(SessionError::Random)?;
+            let id = SessionId::random().map_err(|e| NoRoom::Refused(SessionError::Random(e)))?;
             if !registry.live.contains(&id) && !registry.gone.contains(&id) {
                 break id;
             }
@@ -237,6 +274,7 @@ impl Sessions {
             Entry {
                 session,
                 last_used: Instant::now(),
+                finishing,
             },
         );
         tracing::info!(live = registry.live.len(), "session started");
@@ -248,10 +286,10 @@ impl Sessions {
     /// The live session `id`, or why there is none. The clone returned makes it busy; its use
     /// counts from the end of the call ([`Sessions::touch`]), so that a long call leaves it the
     /// least recently used, which only its being busy keeps from eviction.
-    fn find(&self, id: SessionId) -> Result<Shared, SessionError> {
+    fn find(&self, id: SessionId) -> Result<(Shared, Arc<AtomicBool>), SessionError> {
         let registry = self.lock();
         if let Some(entry) = registry.live.peek(&id) {
-            return Ok(entry.session.clone());
+            return Ok((entry.session.clone(), entry.finishing.clone()));
         }
         Err(match registry.gone.peek(&id) {
             Some(Ended::Expired) => SessionError::Expired {
@@ -301,15 +339,25 @@ impl Sessions {
 }
 
 impl Registry {
-    /// Drops the least recently used session no call is using; `None` when all are busy.
-    fn evict_one(&mut self) -> Option<Entry> {
+    /// Drops the least recently used session no call is using, unless (`patient`) the least
+    /// recently used of those not running a call is only finishing its last one.
+    fn evict_one(&mut self, patient: bool) -> Eviction {
         let victim = self
             .live
             .iter()
             .rev()
-            .find(|(_, e)| !e.busy())
-            .map(|(id, _)| *id)?;
-        self.drop_session(victim, Ended::Evicted)
+            .find(|(_, e)| !e.busy() || (patient && e.only_finishing()));
+        match victim {
+            None => Eviction::AllBusy,
+            Some((_, e)) if e.busy() => Eviction::Soon,
+            Some((id, _)) => {
+                let id = *id;
+                match self.drop_session(id, Ended::Evicted) {
+                    Some(entry) => Eviction::Dropped(entry),
+                    None => Eviction::AllBusy,
+                }
+            }
+        }
     }
 
     /// Removes `id`, remembering why; the caller drops what is returned, off the async workers.

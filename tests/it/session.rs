@@ -455,3 +455,43 @@ fn a_session_undoing_a_cancelled_call_makes_room_for_a_new_one() {
         }
     });
 }
+
+/// Eviction stays least-recently-used when the least recently used session is only finishing its
+/// last call: a new session waits for it and evicts it, not the more recently used idle one.
+#[test]
+fn a_finishing_session_is_evicted_in_its_turn_not_a_newer_idle_one() {
+    runtime().block_on(async {
+        let sessions = Sessions::new(SessionLimits {
+            max: 2,
+            idle: Duration::from_secs(600),
+        });
+        let (older, _, _) = through(&sessions, SessionRequest::New, false, "x = 1").await;
+        let (newer, _, _) = through(&sessions, SessionRequest::New, false, "x = 2").await;
+        let lease = sessions
+            .checkout(SessionRequest::Continue(older), false, sandbox())
+            .await
+            .unwrap();
+        let cancelled = lease
+            .run(
+                "big = b'x' * (96 << 20)\nwhile True: pass",
+                &RunOptions::default(),
+                tokio::time::sleep(Duration::from_millis(300)),
+            )
+            .await
+            .unwrap();
+        assert!(cancelled.is_none());
+        // `older` is undoing its call, `newer` idle: the new session takes `older`'s place.
+        let (_, started, _) = through(&sessions, SessionRequest::New, false, "x = 3").await;
+        assert_eq!(started, Some(Start::New));
+        let gone = sessions
+            .checkout(SessionRequest::Continue(older), false, sandbox())
+            .await;
+        assert!(
+            matches!(gone, Err(SessionError::Evicted { .. })),
+            "{:?}",
+            gone.err()
+        );
+        let (_, _, kept) = through(&sessions, SessionRequest::Continue(newer), false, "x").await;
+        assert_eq!(kept.as_deref(), Some("2"));
+    });
+}

@@ -2,7 +2,7 @@
 //! recording the session's new state, or undoing a cancelled call ([`Aftermath`]).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::OwnedMutexGuard;
 
@@ -17,6 +17,8 @@ pub struct Lease {
     pub(super) id: SessionId,
     pub(super) started: Option<Start>,
     pub(super) session: OwnedMutexGuard<Session>,
+    /// The session's [`super::Entry::finishing`].
+    pub(super) finishing: Arc<AtomicBool>,
 }
 
 /// How a call in a session went (see [`Lease::run`]).
@@ -45,7 +47,7 @@ impl Lease {
         let ran = tokio::select! {
             ran = self.session.run(code, options) => ran,
             () = cancelled => {
-                let mut after = Aftermath::new(self.sessions, self.session);
+                let mut after = Aftermath::new(self.sessions, self.session, self.finishing);
                 tokio::spawn(async move {
                     if let Err(e) = after.session().recover().await {
                         // The session stays marked unfinished: its next call tries again.
@@ -56,7 +58,7 @@ impl Lease {
             }
         };
         self.sessions.touch(self.id);
-        let mut after = Aftermath::new(self.sessions.clone(), self.session);
+        let mut after = Aftermath::new(self.sessions.clone(), self.session, self.finishing);
         tokio::task::spawn_blocking(move || after.session().save());
         let ran = ran?;
         Ok(Some(LeaseRun {
@@ -72,21 +74,27 @@ impl Lease {
 }
 
 /// A session that a call has left, while it does what the call left behind (records its new state,
-/// or undoes a cancelled call): counted in [`Sessions::recording`] until dropped, however that
-/// work ends, a panic included.
+/// or undoes a cancelled call): marked finishing until dropped, however that work ends, a panic
+/// included.
 struct Aftermath {
     sessions: Arc<Sessions>,
-    /// Always `Some` until dropped: released before the count, so that whoever the count wakes
+    /// Always `Some` until dropped: released before the mark, so that whoever the mark's end wakes
     /// finds the session idle.
     session: Option<OwnedMutexGuard<Session>>,
+    finishing: Arc<AtomicBool>,
 }
 
 impl Aftermath {
-    fn new(sessions: Arc<Sessions>, session: OwnedMutexGuard<Session>) -> Aftermath {
-        sessions.recording.fetch_add(1, Ordering::SeqCst);
+    fn new(
+        sessions: Arc<Sessions>,
+        session: OwnedMutexGuard<Session>,
+        finishing: Arc<AtomicBool>,
+    ) -> Aftermath {
+        finishing.store(true, Ordering::SeqCst);
         Aftermath {
             sessions,
             session: Some(session),
+            finishing,
         }
     }
 
@@ -99,7 +107,7 @@ impl Drop for Aftermath {
     fn drop(&mut self) {
         // No longer busy (unless another call waits for it).
         drop(self.session.take());
-        self.sessions.recording.fetch_sub(1, Ordering::SeqCst);
-        self.sessions.recorded.notify_waiters();
+        self.finishing.store(false, Ordering::SeqCst);
+        self.sessions.finished.notify_waiters();
     }
 }
