@@ -299,7 +299,7 @@ async fn cancellation_stops_the_run_and_frees_its_slot() {
 
 #[tokio::test]
 async fn a_stuck_call_does_not_delay_the_others() {
-    let (client, _) = connect(&[
+    let (client, recorder) = connect(&[
         "--workers",
         "8",
         "--timeout",
@@ -312,9 +312,19 @@ async fn a_stuck_call_does_not_delay_the_others() {
     let client = Arc::new(client);
     let stuck = tokio::spawn({
         let client = client.clone();
-        async move { client.call_tool(call("while True: pass")).await }
+        async move {
+            let code = "print('stuck', flush=True)\nwhile True: pass";
+            client.call_tool(call(code)).await
+        }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The quick calls start once the stuck one holds its worker.
+    while !notifications(&recorder)
+        .2
+        .iter()
+        .any(|m| m.contains("stuck"))
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let started = Instant::now();
     let quick: Vec<_> = (0..7)
         .map(|i| {
