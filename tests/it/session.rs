@@ -336,6 +336,30 @@ async fn through(
     )
 }
 
+/// Runs `code` in `id`'s session and cancels it after 300 ms: the call is then undone in the
+/// background, the session busy meanwhile.
+async fn cancelled_in(sessions: &Arc<Sessions>, id: SessionId, code: &str) {
+    let lease = sessions
+        .checkout(SessionRequest::Continue(id), false, sandbox())
+        .await
+        .unwrap();
+    let cancelled = lease
+        .run(
+            code,
+            &RunOptions::default(),
+            tokio::time::sleep(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap();
+    assert!(
+        cancelled.is_none(),
+        "{code:?} ended before it was cancelled"
+    );
+}
+
+/// A call that writes 96 MiB and never ends: undoing it takes a while.
+const BIG_ENDLESS: &str = "big = b'x' * (96 << 20)\nwhile True: pass";
+
 #[test]
 fn the_registry_takes_a_call_through_its_life_cycle() {
     runtime().block_on(async {
@@ -348,16 +372,7 @@ fn the_registry_takes_a_call_through_its_life_cycle() {
         let same = SessionRequest::Continue(id);
 
         // A cancelled call is undone in the background; the next call waits for that.
-        let lease = sessions.checkout(same, false, sandbox()).await.unwrap();
-        let cancelled = lease
-            .run(
-                "x = 0\nwhile True: pass",
-                &RunOptions::default(),
-                tokio::time::sleep(Duration::from_millis(300)),
-            )
-            .await
-            .unwrap();
-        assert!(cancelled.is_none());
+        cancelled_in(&sessions, id, "x = 0\nwhile True: pass").await;
         let (_, started, result) = through(&sessions, same, false, "x + 1").await;
         assert_eq!((started, result.as_deref()), (None, Some("42")));
 
@@ -424,7 +439,7 @@ fn a_held_session_is_never_evicted_and_a_full_registry_refuses() {
 
 /// A cancelled call is undone in the background, the session busy meanwhile; a new session asked
 /// for then, on a full registry, waits for the undo and takes the session's place instead of being
-/// refused as if a call still ran (the undo of a call that wrote 96 MiB outlasts the request).
+/// refused as if a call still ran (the undo of [`BIG_ENDLESS`] outlasts the request).
 #[test]
 fn a_session_undoing_a_cancelled_call_makes_room_for_a_new_one() {
     runtime().block_on(async {
@@ -434,19 +449,7 @@ fn a_session_undoing_a_cancelled_call_makes_room_for_a_new_one() {
         });
         let (mut id, _, _) = through(&sessions, SessionRequest::New, false, "x = 1").await;
         for round in 0..3 {
-            let lease = sessions
-                .checkout(SessionRequest::Continue(id), false, sandbox())
-                .await
-                .unwrap();
-            let cancelled = lease
-                .run(
-                    "big = b'x' * (96 << 20)\nwhile True: pass",
-                    &RunOptions::default(),
-                    tokio::time::sleep(Duration::from_millis(300)),
-                )
-                .await
-                .unwrap();
-            assert!(cancelled.is_none());
+            cancelled_in(&sessions, id, BIG_ENDLESS).await;
             let newer = sessions
                 .checkout(SessionRequest::New, false, sandbox())
                 .await
@@ -467,19 +470,7 @@ fn a_finishing_session_is_evicted_in_its_turn_not_a_newer_idle_one() {
         });
         let (older, _, _) = through(&sessions, SessionRequest::New, false, "x = 1").await;
         let (newer, _, _) = through(&sessions, SessionRequest::New, false, "x = 2").await;
-        let lease = sessions
-            .checkout(SessionRequest::Continue(older), false, sandbox())
-            .await
-            .unwrap();
-        let cancelled = lease
-            .run(
-                "big = b'x' * (96 << 20)\nwhile True: pass",
-                &RunOptions::default(),
-                tokio::time::sleep(Duration::from_millis(300)),
-            )
-            .await
-            .unwrap();
-        assert!(cancelled.is_none());
+        cancelled_in(&sessions, older, BIG_ENDLESS).await;
         // `older` is undoing its call, `newer` idle: the new session takes `older`'s place.
         let (_, started, _) = through(&sessions, SessionRequest::New, false, "x = 3").await;
         assert_eq!(started, Some(Start::New));
