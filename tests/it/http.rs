@@ -2,9 +2,6 @@
 //! 2026-07-28 stateless one and the `initialize` handshake of older clients) for what clients do,
 //! and hand-written HTTP/1.1 over a TCP socket for what the server must refuse.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use rmcp::ClientHandler;
@@ -15,52 +12,13 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::client::{Began, Client, handle_in, run_python, structured};
+use crate::common::http::HttpServer as Server;
 use crate::common::spawn::mcp_server;
 
 /// A token long enough to be accepted.
 const TOKEN: &str = "0123456789abcdef-test-token";
 
-/// A running `safe-python-mcp --http`, killed when dropped.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-}
-
 impl Server {
-    /// Starts the server with `args` (which must include `--http`) and waits for its address.
-    fn start(args: &[&str]) -> Server {
-        let mut child = mcp_server(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the server starts");
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        let (sender, address) = std::sync::mpsc::channel();
-        // Reads stderr to its end, so that the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("safe-python-mcp: serving MCP at http://") {
-                    let addr = url.trim_end_matches("/mcp").parse().expect("an address");
-                    let _ = sender.send(addr);
-                } else {
-                    eprintln!("server: {line}");
-                }
-            }
-        });
-        let mut addr: SocketAddr = address
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the server prints its address");
-        if addr.ip().is_unspecified() {
-            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-        }
-        Server { child, addr }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
-    }
-
     /// An rmcp client over HTTP, with `lifecycle`, sending `token` if any.
     async fn client(&self, lifecycle: ClientLifecycleMode, token: Option<&str>) -> Client {
         self.client_with((), lifecycle, token).await
@@ -110,32 +68,6 @@ impl Server {
             body.len()
         );
         self.raw(&head, body).await
-    }
-
-    /// Waits for the process to end, at most `limit`.
-    fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
-    }
-
-    #[cfg(unix)]
-    fn terminate(&self) {
-        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
-        // SAFETY: kill(2) with a valid signal number on our own child, which has not been reaped.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

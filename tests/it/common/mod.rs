@@ -6,6 +6,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod client;
+pub mod http;
 pub mod raw;
 pub mod spawn;
 

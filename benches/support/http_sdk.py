@@ -1,0 +1,44 @@
+"""The HTTP bench's Python client: `python http_sdk.py URL CONNECTIONS CALLS`.
+
+The MCP Python SDK's client (over httpx, keep-alive), CONNECTIONS calls in flight (so as many
+connections) until CALLS `run_python` calls of `x = 1` are answered. Prints one JSON line: calls,
+calls per second, p50, p90 and max in ms.
+"""
+
+import asyncio
+import json
+import sys
+import time
+
+from mcp import Client
+
+
+async def main(url: str, connections: int, calls: int) -> None:
+    async with Client(url) as client:
+        for _ in range(20):
+            await client.call_tool("run_python", {"code": "x = 1"})
+        times: list[float] = []
+        left = [calls]
+
+        async def caller() -> None:
+            while left[0] > 0:
+                left[0] -= 1
+                started = time.perf_counter()
+                reply = await client.call_tool("run_python", {"code": "x = 1"})
+                times.append((time.perf_counter() - started) * 1000)
+                if reply.is_error:
+                    raise RuntimeError(f"a call failed: {reply}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(caller() for _ in range(connections)))
+        seconds = time.perf_counter() - started
+    times.sort()
+
+    def at(p: int) -> float:
+        return times[min(len(times) - 1, len(times) * p // 100)]
+
+    print(json.dumps({"calls": len(times), "per_s": len(times) / seconds,
+                      "p50": at(50), "p90": at(90), "max": times[-1]}))
+
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))

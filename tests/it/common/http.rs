@@ -1,0 +1,89 @@
+//! A running `safe-python-mcp --http`: started, its address read from its stderr, signalled, and
+//! killed when dropped. For the HTTP tests, the session-store tests' replicas and the benches.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use super::spawn::mcp_server;
+
+pub struct HttpServer {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl HttpServer {
+    /// Starts the server with `args` (which must include `--http`) and waits for its address.
+    pub fn start(args: &[&str]) -> HttpServer {
+        Self::start_with(args, &[])
+    }
+
+    /// [`HttpServer::start`], with `env` added to its environment.
+    pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> HttpServer {
+        let mut command = mcp_server(args);
+        command.envs(env.iter().copied());
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the server starts");
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let (sender, address) = std::sync::mpsc::channel();
+        // Reads stderr to its end, so that the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("safe-python-mcp: serving MCP at http://") {
+                    let addr = url.trim_end_matches("/mcp").parse().expect("an address");
+                    let _ = sender.send(addr);
+                } else {
+                    eprintln!("server: {line}");
+                }
+            }
+        });
+        let mut addr: SocketAddr = address
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the server prints its address");
+        if addr.ip().is_unspecified() {
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        HttpServer { child, addr }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// Waits for the process to end, at most `limit`.
+    pub fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// Sends `signal` to the server.
+    #[cfg(unix)]
+    pub fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
+        // SAFETY: kill(2) with a valid signal number on our own child, which has not been reaped.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    #[cfg(unix)]
+    pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
