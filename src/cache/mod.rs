@@ -10,8 +10,9 @@
 //!   a regular file of this user's that nobody else can write.
 //! - Each entry ends with a MAC (keyed BLAKE3) over its bytes, bound to the guest's SHA-256, this
 //!   crate's version and the engine's compatibility hash, under a random key kept 0600 in the
-//!   directory. It is checked on the mapped bytes of the one open file that wasmtime then maps: the
-//!   file is never reopened between the check and the load.
+//!   directory. It is checked on the mapped bytes of the one open file that wasmtime then maps (or,
+//!   where it cannot, copies those checked bytes: [`load`]): the file is never reopened between
+//!   the check and the load.
 //! - Temporary files get random names and exclusive creation, and are renamed into place.
 //!
 //! A refused entry is a warning, then a fresh compile that replaces it; never a load. A refused or
@@ -19,6 +20,7 @@
 //! file keeps concurrent first runs (a test suite starting many processes at once) from compiling
 //! the same module side by side.
 
+mod load;
 pub(crate) mod trust;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -28,9 +30,7 @@ use std::path::{Path, PathBuf};
 use cap_std::fs::Dir;
 use wasmtime::{Engine, Module};
 
-use trust::{
-    Private, create_temporary, key, lock, open_checked, open_dir, read_only, remove_stale,
-};
+use trust::{Private, create_temporary, key, lock, open_checked, open_dir, remove_stale};
 
 pub use trust::Distrust;
 
@@ -205,31 +205,25 @@ impl Cache {
 
     /// The entry, if there is one and it passes every check; `Ok(None)` when there is none.
     fn load(&self, engine: &Engine) -> Result<Option<Module>, Distrust> {
-        let file = match open_checked(&self.dir, &self.name, &read_only(), Private::Writes) {
+        let options = load::open_options();
+        let file = match open_checked(&self.dir, &self.name, &options, Private::Writes) {
             Err(why) if why.is_not_found() => return Ok(None),
             opened => opened?.into_std(),
         };
-        {
-            let started = std::time::Instant::now();
-            // SAFETY: the map is read while this function runs and dropped before the load. The
-            // file is this user's, in a directory only this user can write, and entries are never
-            // written in place (only renamed over), so nobody else can change or truncate it.
-            let map = unsafe { memmap2::Mmap::map(&file)? };
-            self.verify(&map)?;
-            tracing::debug!(
-                "checked the MAC of {} MB in {:?}",
-                map.len() >> 20,
-                started.elapsed()
-            );
-        }
-        // SAFETY: `deserialize_open_file` trusts the file to be a module this wasmtime compiled and
-        // to stay unchanged while the module lives. The bytes of this very open file (not of a path
-        // opened again) were just checked against a MAC that only a process holding this cache's
-        // key computes, and only over what `Module::serialize` produced for this guest, crate
-        // version and engine configuration. The file is this user's and nobody else can write it or
-        // its directory; this crate never writes an entry in place. wasmtime ignores the trailer.
-        let module = unsafe { Module::deserialize_open_file(engine, file) }
-            .map_err(Distrust::Deserialize)?;
+        let started = std::time::Instant::now();
+        // SAFETY: the map is only read, and dropped when this function returns. The file is this
+        // user's, in a directory only this user can write, and entries are never written in place
+        // (only renamed over), so nobody else can change or truncate it.
+        let map = unsafe { memmap2::Mmap::map(&file)? };
+        self.verify(&map)?;
+        tracing::debug!(
+            "checked the MAC of {} MB in {:?}",
+            map.len() >> 20,
+            started.elapsed()
+        );
+        // SAFETY: `map` is all of this very open file (not of a path opened again), and its MAC
+        // was just checked; nobody but this user can write the file or its directory.
+        let module = unsafe { load::deserialize(engine, file, &map)? };
         Ok(Some(module))
     }
 

@@ -1,107 +1,13 @@
 //! The cache's trust rules, each tried against the attack it stops.
 
-use super::trust::*;
+mod mapping;
+mod support;
+
 use super::*;
 use crate::engine::{self, EngineKind};
 use std::fs;
-use std::io;
 use std::os::unix::fs::{PermissionsExt, symlink};
-use std::sync::{Arc, Mutex};
-
-/// The smallest valid module: compiling it is instant.
-const EMPTY_MODULE: &[u8] = b"\0asm\x01\0\0\0";
-const GUEST: &str = "00";
-
-/// A directory of its own for each test, removed afterwards.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "spx-cache-{name}-{}-{:x}",
-            std::process::id(),
-            rand_u64()
-        ));
-        Scratch(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn rand_u64() -> u64 {
-    let mut bytes = [0; 8];
-    random(&mut bytes).unwrap();
-    u64::from_le_bytes(bytes)
-}
-
-/// What one `load_or_compile` did: how it ended, how often it compiled, what it warned.
-struct Attempt {
-    prepared: Prepared,
-    compiles: usize,
-    warnings: String,
-}
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-fn attempt(engine: &Engine, dir: &Path, guest: &str) -> Attempt {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let mut compiles = 0;
-    let (_, prepared) = tracing::subscriber::with_default(subscriber, || {
-        load_or_compile(
-            engine,
-            Wasm::Bytes(EMPTY_MODULE),
-            guest,
-            Some(dir),
-            &mut |_| compiles += 1,
-        )
-        .unwrap()
-    });
-    let warnings = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    Attempt {
-        prepared,
-        compiles,
-        warnings,
-    }
-}
-
-fn mode(path: &Path) -> u32 {
-    fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
-}
-
-/// The path of the entry for `guest` in `dir`, compiled and stored there.
-fn stored(engine: &Engine, dir: &Path, guest: &str) -> PathBuf {
-    let first = attempt(engine, dir, guest);
-    assert!(
-        matches!(first.prepared, Prepared::Compiled(_)),
-        "{}",
-        first.warnings
-    );
-    dir.join(entry_name(engine, guest))
-}
+use support::*;
 
 #[test]
 fn compiles_once_then_loads_and_keeps_its_files_private() {
@@ -391,10 +297,4 @@ fn a_directory_that_cannot_be_made_means_compiling_in_memory() {
     let refused = attempt(&engine, Path::new("/proc/self/no-such-dir"), GUEST);
     assert_eq!(refused.prepared, Prepared::CompiledUncached);
     assert!(refused.warnings.contains("not using the cache directory"));
-}
-
-/// The tests run as root here, which may give files away; elsewhere this test cannot be set up.
-fn chown_to_nobody(path: &Path) {
-    std::os::unix::fs::lchown(path, Some(65534), Some(65534))
-        .expect("giving a file to `nobody` needs root (run the tests as root)");
 }
