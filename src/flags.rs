@@ -357,7 +357,7 @@ mod tests {
             .iter()
             .map(|m| format!("`{m}`"))
             .collect();
-        for doc in ["docs/configuration.md"] {
+        for doc in ["README.md", "docs/configuration.md"] {
             let path = format!("{}/{doc}", env!("CARGO_MANIFEST_DIR"));
             let text = words(&std::fs::read_to_string(path).unwrap());
             assert!(
