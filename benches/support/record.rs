@@ -119,7 +119,7 @@ fn summary_table(summaries: &[Summary]) -> String {
     t.push_str(&"|---".repeat(summaries.len()));
     t.push_str("|\n");
     let programs = first_len(summaries);
-    let rows: [(String, fn(&Summary) -> String); 5] = [
+    let rows: [(String, Figure); 5] = [
         (
             format!(
                 "compute: run time against native CPython, geometric mean of {programs} programs, fuel metering on (the default)"
@@ -150,6 +150,9 @@ fn summary_table(summaries: &[Summary]) -> String {
     }
     t
 }
+
+/// How one row of the summary shows an engine's figure.
+type Figure = fn(&Summary) -> String;
 
 fn first_len(summaries: &[Summary]) -> usize {
     summaries.first().map_or(0, |s| s.rows.len())
