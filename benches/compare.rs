@@ -1,13 +1,20 @@
 //! Sandbox against native `python3` on the same machine, in one run:
-//! `cargo bench --bench compare [-- [--engine cpython] PROGRAMS.py]`. The CPython engine must be
-//! installed first (`safe-python-mcp --engine cpython --check`).
+//! `cargo bench --bench compare [-- [--engine rustpython|cpython] [--record [--note TEXT]] [FILE.py...]]`.
+//! Without `--engine`, every engine that is installed (the CPython engine once
+//! `safe-python-mcp --engine cpython --check` has run).
 //!
-//! Runs each program of `../shared/bench/programs.py` (a `PROGRAMS` dict of name to source, each
-//! ending in a checksum expression) in the sandbox, with fuel metering and without (`--fuel off`),
-//! and in CPython, in rounds that alternate them (each keeps its best round); checks that the
-//! checksums agree, and prints the per-call overhead of `print(1)`, each ratio of run times and
-//! their geometric means. On the CPython engine it also measures the template that imports the
-//! data stack (`--allow @data`): its memory and build time, and fresh calls that use it.
+//! Runs each program of `benches/programs/` (or the files given; each ends in an expression, its
+//! checksum) in the sandbox, with fuel metering and without (`--fuel off`), and in CPython, in
+//! rounds that alternate them (each keeps its best round); checks that the checksums agree, and
+//! prints the per-call overhead of `print(1)`, each ratio of run times and their geometric means.
+//! On the CPython engine it also measures the template that imports the data stack
+//! (`--allow @data`): its memory and build time, and fresh calls that use it.
+//!
+//! `--record` writes the figures, dated and with the machine they were measured on (and `--note`,
+//! say how busy it was), into the marked blocks of `README.md` and `docs/benchmarks.md`
+//! ([`support::record`]), so that the documents show one run's figures, as printed.
+
+mod support;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -21,6 +28,7 @@ use safe_python_executor::engine::Metering;
 use safe_python_executor::{
     ImportPolicy, Limits, RunOptions, Sandbox, SandboxOptions, Session, template_preloads,
 };
+use support::record::{Row, Summary};
 
 const REPS: usize = 11;
 /// Rounds per program, alternating native and sandbox; each side keeps its best. This VM's
@@ -46,21 +54,59 @@ for _ in range(reps):
 print(json.dumps({"ms": sorted(times)[len(times) // 2], "value": repr(value)}))
 "#;
 
-/// What the bench programs and [`TIMING`] import, allowed in the sandbox.
-const IMPORTS: &[&str] = &["ast", "json", "random", "re", "statistics"];
+/// What [`TIMING`] imports beyond the default allowlist (the programs import only defaults).
+const IMPORTS: &[&str] = &["ast"];
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let programs_path = args
+    let after = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let mut files: Vec<PathBuf> = args
         .iter()
-        .find(|a| a.ends_with(".py"))
+        .filter(|a| a.ends_with(".py"))
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/bench/programs.py")
-        });
-    let programs = load_programs(&programs_path)?;
+        .collect();
+    if files.is_empty() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/programs");
+        for entry in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
+            files.push(entry?.path());
+        }
+        files.retain(|f| f.extension().is_some_and(|e| e == "py"));
+        files.sort();
+    }
+    let programs = load_programs(&files)?;
+    let engines: Vec<bool> = match after("--engine").as_deref() {
+        Some("cpython") => vec![true],
+        Some("rustpython") => vec![false],
+        Some(other) => anyhow::bail!("unknown engine {other}: rustpython or cpython"),
+        None => {
+            let installed = cache::default_dir().and_then(|d| Artifacts::find(&d).ok().flatten());
+            if installed.is_none() {
+                println!("the CPython engine is not installed: measuring RustPython only");
+            }
+            std::iter::once(false)
+                .chain(installed.map(|_| true))
+                .collect()
+        }
+    };
+    let started = support::record::Machine::now()?;
+    let mut summaries = Vec::new();
+    for cpython in engines {
+        summaries.push(measure(cpython, &programs)?);
+    }
+    if args.iter().any(|a| a == "--record") {
+        let machine = started.finish(after("--note"))?;
+        support::record::write(&machine, &summaries, env!("CARGO_MANIFEST_DIR"))?;
+    }
+    Ok(())
+}
+
+/// One engine against native CPython: prints every figure and returns those the documents show.
+fn measure(cpython: bool, programs: &[(String, String)]) -> anyhow::Result<Summary> {
     let python = python_version()?;
-    let cpython = args.iter().any(|a| a == "cpython");
     let engine = if cpython { "cpython" } else { "rustpython" };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -77,12 +123,13 @@ fn main() -> anyhow::Result<()> {
     // Both sandboxes first, then every program timed in rounds that alternate native and
     // sandbox runs, so that a slow minute on a shared machine hits both sides alike.
     let mut sandboxes = Vec::new();
+    let mut per_calls = Vec::new();
     for metering in [Metering::Fuel, Metering::Off] {
         if cpython {
             data_stack(&runtime, metering, &options)?;
         }
         let sandbox = load(cpython, metering, Vec::new())?;
-        per_call(&runtime, &sandbox, metering, &options)?;
+        per_calls.push(per_call(&runtime, &sandbox, metering, &options)?);
         sandboxes.push((metering, sandbox));
     }
     let timing = RunOptions {
@@ -91,7 +138,7 @@ fn main() -> anyhow::Result<()> {
     };
     // Per program: the native time and each sandbox's, each the best of its rounds.
     let mut rows = Vec::new();
-    for (name, code) in &programs {
+    for (name, code) in programs {
         let timed = format!(
             "src = {}\nreps = {REPS}\n{TIMING}",
             serde_json::to_string(code)?
@@ -112,7 +159,12 @@ fn main() -> anyhow::Result<()> {
                 *best = best.min(ms);
             }
         }
-        rows.push((name, native_ms, sandbox_ms));
+        rows.push(Row {
+            program: name.clone(),
+            native_ms,
+            fuel_ms: sandbox_ms[0],
+            off_ms: sandbox_ms[1],
+        });
     }
 
     println!(
@@ -120,51 +172,65 @@ fn main() -> anyhow::Result<()> {
          start-up), timed alike inside each interpreter as the median of {REPS} runs; the best of \
          {ROUNDS} rounds that alternate native and sandbox"
     );
-    print!("{:<12} {:>10}", "program", "native ms");
-    for (metering, _) in &sandboxes {
-        print!(" {:>12} {:>7}", format!("{metering:?} ms"), "ratio");
-    }
-    println!();
-    let mut log_sums = vec![0.0; sandboxes.len()];
-    for (name, native_ms, sandbox_ms) in &rows {
-        print!("{name:<12} {native_ms:>10.1}");
-        for (ms, log_sum) in sandbox_ms.iter().zip(&mut log_sums) {
-            let ratio = ms / native_ms;
-            *log_sum += ratio.ln();
-            print!(" {ms:>12.1} {ratio:>6.2}x");
-        }
-        println!();
-    }
-    for ((metering, _), log_sum) in sandboxes.iter().zip(log_sums) {
+    println!(
+        "{:<20} {:>10} {:>12} {:>7} {:>12} {:>7}",
+        "program", "native ms", "Fuel ms", "ratio", "Off ms", "ratio"
+    );
+    for row in &rows {
         println!(
-            "geometric mean of ratios, {metering:?}: {:.2}x",
-            (log_sum / rows.len() as f64).exp()
+            "{:<20} {:>10.1} {:>12.1} {:>6.2}x {:>12.1} {:>6.2}x",
+            row.program,
+            row.native_ms,
+            row.fuel_ms,
+            row.fuel_ms / row.native_ms,
+            row.off_ms,
+            row.off_ms / row.native_ms
         );
     }
+    let geomean = |ms: fn(&Row) -> f64| {
+        let logs: f64 = rows.iter().map(|r| (ms(r) / r.native_ms).ln()).sum();
+        (logs / rows.len() as f64).exp()
+    };
+    let (fuel_ratio, off_ratio) = (geomean(|r| r.fuel_ms), geomean(|r| r.off_ms));
+    println!("geometric mean of ratios, Fuel: {fuel_ratio:.2}x");
+    println!("geometric mean of ratios, Off: {off_ratio:.2}x");
 
     // `python3` may be a launcher script (pyenv): time the interpreter it resolves to.
-    let python = String::from_utf8(
+    let python_exe = String::from_utf8(
         Command::new("python3")
             .args(["-c", "import sys; print(sys.executable)"])
             .output()?
             .stdout,
     )?;
+    let process = process_ms(env!("CARGO_BIN_EXE_sandbox-run"), &["--engine", engine])?;
+    let native_process = process_ms(python_exe.trim(), &[])?;
     println!(
-        "process start to exit, print(1): sandbox-run {:.1} ms, python3 {:.1} ms",
-        process_ms(env!("CARGO_BIN_EXE_sandbox-run"), &["--engine", engine])?,
-        process_ms(python.trim(), &[])?
+        "process start to exit, print(1): sandbox-run {process:.1} ms, python3 {native_process:.1} ms"
     );
-    Ok(())
+    Ok(Summary {
+        engine: if cpython {
+            "CPython engine"
+        } else {
+            "RustPython engine"
+        },
+        python,
+        fuel_ratio,
+        off_ratio,
+        fresh_ms: per_calls[0].0,
+        session_ms: per_calls[0].1,
+        process_ms: process,
+        rows,
+    })
 }
 
 /// Prints the per-call overhead of `sandbox`: fresh instances running `print(1)`, and `x = 1` in
-/// a session.
+/// a session; returns both p50s, in milliseconds.
 fn per_call(
     runtime: &tokio::runtime::Runtime,
     sandbox: &Sandbox,
     metering: Metering,
     options: &RunOptions,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(f64, f64)> {
     let mut trivial = fresh_calls_ms(runtime, sandbox, "print(1)", 300, options)?;
     let overhead = median(&mut trivial);
     println!(
@@ -181,11 +247,9 @@ fn per_call(
             Ok(started.elapsed().as_secs_f64() * 1000.0)
         })
         .collect::<anyhow::Result<Vec<f64>>>()?;
-    println!(
-        "{metering:?}: a call of `x = 1` in a session (100 calls): p50 {:.2} ms",
-        median(&mut calls)
-    );
-    Ok(())
+    let in_session = median(&mut calls);
+    println!("{metering:?}: a call of `x = 1` in a session (100 calls): p50 {in_session:.2} ms");
+    Ok((overhead, in_session))
 }
 
 /// The wall time of each of `runs` fresh calls of `code`, in milliseconds.
@@ -273,19 +337,17 @@ fn median(xs: &mut [f64]) -> f64 {
     xs[xs.len() / 2]
 }
 
-fn load_programs(path: &PathBuf) -> anyhow::Result<Vec<(String, String)>> {
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg("import json, sys; g = {}; exec(open(sys.argv[1]).read(), g); print(json.dumps(list(g['PROGRAMS'].items())))")
-        .arg(path)
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "cannot load {}: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(serde_json::from_slice(&out.stdout)?)
+/// Each file's stem and source.
+fn load_programs(files: &[PathBuf]) -> anyhow::Result<Vec<(String, String)>> {
+    anyhow::ensure!(!files.is_empty(), "no programs to run");
+    files
+        .iter()
+        .map(|file| {
+            let name = file.file_stem().context("a program file has a name")?;
+            let code = std::fs::read_to_string(file).with_context(|| file.display().to_string())?;
+            Ok((name.to_string_lossy().into_owned(), code))
+        })
+        .collect()
 }
 
 fn python_version() -> anyhow::Result<String> {

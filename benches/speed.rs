@@ -14,7 +14,7 @@
 //! - memory: the server's RSS and address space when idle, and what each warm instance (an idle
 //!   session) adds.
 //!
-//! Compute against native CPython is `benches/compare.rs`'s (`scripts/bench.sh` runs both).
+//! Compute against native CPython is `benches/compare.rs`'s.
 
 #[path = "../tests/it/common/mod.rs"]
 mod common;

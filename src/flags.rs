@@ -24,6 +24,11 @@ pub struct SandboxFlags {
           help = allow_help())]
     pub allow: Vec<String>,
 
+    /// Refuse importing these modules and their submodules, even if the defaults (listed under
+    /// --allow) or --allow allow them (comma-separated, repeatable; an empty value refuses none).
+    #[arg(long, value_name = "MOD[,MOD...]", value_delimiter = ',', env = "SAFE_PYTHON_DENY", value_parser = parse_module)]
+    pub deny: Vec<String>,
+
     /// Wall-clock limit in seconds, sleeping included.
     #[arg(long, value_name = "SECS", default_value_t = Limits::DEFAULT_TIMEOUT.as_secs_f64(), value_parser = parse_seconds, env = "SAFE_PYTHON_TIMEOUT")]
     pub timeout: f64,
@@ -90,7 +95,7 @@ impl SandboxFlags {
     }
 
     pub fn policy(&self) -> ImportPolicy {
-        ImportPolicy::with_extra(&self.allow)
+        ImportPolicy::with_extra(&self.allow).without(&self.deny)
     }
 
     /// Limits and policy as one run's options, with no output observer.
@@ -216,10 +221,12 @@ pub fn install_progress(program: &'static str) -> impl FnMut(Progress) {
 
 fn allow_help() -> String {
     format!(
-        "Also allow importing these modules (comma-separated, repeatable; an empty value adds none), \
-         on top of: {}. A package allows its submodules. A dotted name allows what an import of it \
-         hands over: `--allow os.path` allows `from os.path import join`, but `import os.path` binds \
-         `os` and needs `--allow os`. `{}` stands for the CPython engine's data stack: {}.",
+        "Also allow importing these modules (comma-separated, repeatable; an empty value adds none). \
+         Allowed by default, the standard library's modules that only compute or read and write the \
+         sandbox's own files (/data, /out): {}. A package allows its submodules. A dotted name \
+         allows what an import of it hands over: `--allow os.path` allows `from os.path import \
+         join`, but `import os.path` binds `os` and needs `--allow os`. `{}` stands for the CPython \
+         engine's data stack: {}.",
         ImportPolicy::DEFAULT_ALLOWED.join(", "),
         ImportPolicy::DATA_STACK_ALIAS,
         ImportPolicy::DATA_STACK.join(", ")
@@ -295,39 +302,69 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_allow_adds_nothing() {
-        let flags = Flags::try_parse_from(["prog", "--allow", "", "--allow", "json,,heapq"])
-            .unwrap()
-            .sandbox;
+    fn an_empty_allow_adds_nothing_and_an_empty_deny_refuses_nothing() {
+        let flags = Flags::try_parse_from([
+            "prog",
+            "--allow",
+            "",
+            "--allow",
+            "sqlite3,,asyncio",
+            "--deny",
+            "",
+        ])
+        .unwrap()
+        .sandbox;
         assert_eq!(
             flags.policy().allowed(),
-            ImportPolicy::with_extra(["json", "heapq"]).allowed()
+            ImportPolicy::with_extra(["sqlite3", "asyncio"]).allowed()
         );
         assert!(Flags::try_parse_from(["prog", "--allow", "json,os;rm"]).is_err());
+        assert!(Flags::try_parse_from(["prog", "--deny", "json,os;rm"]).is_err());
     }
 
     #[test]
-    fn the_help_lists_the_default_allowlist_as_the_readme_does() {
+    fn deny_narrows_the_defaults_and_wins_over_allow() {
+        let flags = Flags::try_parse_from([
+            "prog",
+            "--deny",
+            "json,pathlib",
+            "--deny",
+            "os",
+            "--allow",
+            "os",
+        ])
+        .unwrap()
+        .sandbox;
+        let policy = flags.policy();
+        for refused in ["json", "pathlib", "os", "os.path"] {
+            assert!(!policy.allows(refused), "{refused}");
+        }
+        assert!(policy.allows("csv"));
+    }
+
+    #[test]
+    fn the_help_and_the_docs_list_the_default_allowlist_from_its_one_definition() {
         use clap::CommandFactory;
-        // Both are wrapped: compare words.
+        // All are wrapped: compare words.
         let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
         let help = words(&Flags::command().render_help().to_string());
         let listed = ImportPolicy::DEFAULT_ALLOWED.join(", ");
-        assert!(help.contains(&format!("on top of: {listed}. ")), "{help}");
-        let readme = words(
-            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap(),
+        assert!(
+            help.contains(&format!("(/data, /out): {listed}. ")),
+            "{help}"
         );
-        let in_readme: Vec<_> = ImportPolicy::DEFAULT_ALLOWED
+        let in_docs: Vec<_> = ImportPolicy::DEFAULT_ALLOWED
             .iter()
             .map(|m| format!("`{m}`"))
             .collect();
-        assert!(
-            readme.contains(&format!(
-                "by default (the Python seed server's list): {}.",
-                in_readme.join(", ")
-            )),
-            "the README's default allowlist differs from ImportPolicy::DEFAULT_ALLOWED"
-        );
+        for doc in ["README.md", "docs/configuration.md"] {
+            let path = format!("{}/{doc}", env!("CARGO_MANIFEST_DIR"));
+            let text = words(&std::fs::read_to_string(path).unwrap());
+            assert!(
+                text.contains(&format!("{}.", in_docs.join(", "))),
+                "{doc}'s default allowlist differs from ImportPolicy::DEFAULT_ALLOWED"
+            );
+        }
     }
 
     #[test]

@@ -26,3 +26,5 @@ pub fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
         .parse()?;
     Ok(kib / 1024.0)
 }
+
+pub mod record;

@@ -202,7 +202,7 @@ fn run(args: &Args, code: &str, inputs: Option<InputFiles>) -> anyhow::Result<u8
         // As for streamed output, a closed pipe is the reader's choice, not a failure.
         let _ = writeln!(io::stdout(), "{}", serde_json::to_string(&result)?);
     } else {
-        print_plain(&result);
+        print_plain(&result, &options.policy);
     }
     let mut output = Output {
         plots: Plots::new(args.plots.clone()),

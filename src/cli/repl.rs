@@ -93,7 +93,7 @@ pub(super) fn run(
             if !ran.session.rolled_back {
                 inputs = None;
             }
-            print_plain(&ran.result);
+            print_plain(&ran.result, &options.policy);
             // A figure or file that cannot be written is reported, and the session goes on.
             if let Err(e) = output.take(&ran.result) {
                 eprintln!("sandbox-run: {e:#}");

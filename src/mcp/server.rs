@@ -205,7 +205,7 @@ impl PythonServer {
             live.finish().await;
         }
         let result = result.map_err(internal)?;
-        Ok(tools::run_reply(&result, session))
+        Ok(tools::run_reply(&result, session, &options.policy))
     }
 }
 

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::files::{FileContent, MAX_FILES_REPLY_BYTES, file_blocks};
 use crate::engine::EngineKind;
 use crate::outcome::{MAX_IMAGES, Outcome, RunReport, RunResult, left_out_note};
+use crate::policy::ImportPolicy;
 use crate::sandbox::RunOptions;
 use crate::sandbox::files::FileLimits;
 use crate::session::registry::{SessionError, SessionLimits, SessionReport, Start, minutes};
@@ -133,9 +134,14 @@ pub struct CallReport {
 pub const REPLY_OVERHEAD_BYTES: usize = 8 << 10;
 
 /// The reply to `run_python`: the output first, then the result or the traceback, then a sentence
-/// for a hit limit, then what happened to the session. `result` comes bounded from the sandbox, so
-/// the reply is within the output limit plus [`REPLY_OVERHEAD_BYTES`].
-pub fn run_reply(result: &RunResult, session: Option<SessionReport>) -> CallToolResult {
+/// for a hit limit or for an import `policy` refused (how to allow it), then what happened to the
+/// session. `result` comes bounded from the sandbox, so the reply is within the output limit plus
+/// [`REPLY_OVERHEAD_BYTES`].
+pub fn run_reply(
+    result: &RunResult,
+    session: Option<SessionReport>,
+    policy: &ImportPolicy,
+) -> CallToolResult {
     let mut text = String::new();
     for (header, stream) in [("", &result.stdout), ("[stderr]\n", &result.stderr)] {
         if !stream.is_empty() {
@@ -169,6 +175,15 @@ pub fn run_reply(result: &RunResult, session: Option<SessionReport>) -> CallTool
             limit.as_str(),
             limit.explain()
         ));
+    }
+    if let Outcome::Raised(error) = &result.outcome
+        && let Some(module) = policy.refused_in(error)
+    {
+        text.push_str(&if policy.denies(module) {
+            format!("This server's operator refuses importing {module} (`--deny`): use the allowed modules.\n")
+        } else {
+            format!("This server does not allow importing {module}: whoever runs it can allow it with `--allow {module}` (or SAFE_PYTHON_ALLOW). Otherwise, use the allowed modules.\n")
+        });
     }
     // Said in words too, for clients that show the model only the text.
     match result.images.len() {
@@ -275,7 +290,7 @@ mod tests {
             started: Some(Start::New),
             rolled_back: true,
         };
-        run_reply(&result, Some(session))
+        run_reply(&result, Some(session), &ImportPolicy::default())
     }
 
     #[test]
@@ -306,7 +321,8 @@ mod tests {
             images_left_out: 2,
             files: Vec::new(),
         };
-        let reply = serde_json::to_value(run_reply(&result, None)).unwrap();
+        let reply =
+            serde_json::to_value(run_reply(&result, None, &ImportPolicy::default())).unwrap();
         let content = reply["content"].as_array().unwrap();
         assert_eq!(content.len(), 2, "{reply}");
         let text = content[0]["text"].as_str().unwrap();

@@ -133,21 +133,45 @@ fn usage_errors_exit_2() {
 }
 
 #[test]
-fn allow_adds_modules() {
+fn allow_adds_modules_and_deny_takes_defaults_away() {
     let o = sandbox_run(
         &[
             "--allow",
-            "json,heapq",
+            "ast",
             "-c",
-            "import json, heapq\nprint(json.dumps([heapq.nsmallest(1, [3, 1])]))",
+            "import ast, csv, json\nprint(json.dumps(ast.literal_eval('[1, 2]')))",
         ],
         None,
     );
     assert_status(&o, 0);
-    assert_eq!(stdout(&o), "[[1]]\n");
-    let o = sandbox_run(&["-c", "import json"], None);
+    assert_eq!(stdout(&o), "[1, 2]\n");
+    // A refusal says how to allow the module.
+    let o = sandbox_run(&["-c", "import ast"], None);
+    assert_status(&o, 1);
+    assert_stderr_has(&o, "import of 'ast' is not allowed in this sandbox");
+    assert_stderr_has(&o, "sandbox-run: to allow it, add `--allow ast`");
+    // `--deny` (and its variable) narrow the defaults, and win over `--allow`.
+    let o = sandbox_run(
+        &[
+            "--deny",
+            "json,pathlib",
+            "--allow",
+            "json",
+            "-c",
+            "import json",
+        ],
+        None,
+    );
     assert_status(&o, 1);
     assert_stderr_has(&o, "import of 'json' is not allowed in this sandbox");
+    assert_stderr_has(&o, "sandbox-run: json is refused by --deny");
+    let mut denying = spawn::sandbox_run(&["-c", "from pathlib import Path"]);
+    denying.env("SAFE_PYTHON_DENY", "pathlib");
+    let o = spawn::output(denying, None);
+    assert_status(&o, 1);
+    assert_stderr_has(&o, "import of 'pathlib' is not allowed in this sandbox");
+    let o = sandbox_run(&["--deny", "json", "-c", "import csv"], None);
+    assert_status(&o, 0);
 }
 
 #[test]

@@ -13,6 +13,7 @@ mod cancel;
 mod cli;
 mod corpus;
 mod cpython;
+mod defaults;
 mod faults;
 mod files;
 mod first_run;

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 const PIXEL_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
 
 async fn server() -> Client {
-    let command = common::spawn::mcp_server(&["--allow", "csv"]);
+    let command = common::spawn::mcp_server(&[]);
     let client = connect((), command).await;
     client
         .call_tool(run_python_with(json!({"code": "None"})))

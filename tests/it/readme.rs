@@ -1,62 +1,149 @@
-//! The README's examples print what the README shows: every `$ command` line of its ```console
+//! The README and `docs/` show what the code does: every `$ command` line of their ```console
 //! blocks is run (with the built binaries on the PATH) and its output compared with the lines that
-//! follow it.
+//! follow it; the chat examples are run as the server runs them; the README stays a front door
+//! (at most [`MAX_README_LINES`]); and the figures it shows are one dated run's, the same block as
+//! `docs/benchmarks.md`'s, as `cargo bench --bench compare -- --record` wrote them.
 
 use crate::common;
 
+use std::path::Path;
 use std::process::Command;
 
+use common::client::{connect, run_python_with, text};
+use serde_json::json;
+
+/// The README is a front door; the rest lives in `docs/`.
+const MAX_README_LINES: usize = 300;
+
+/// The summary block `benches/support/record.rs` writes, between these markers.
+const SUMMARY_BEGIN: &str =
+    "<!-- compare:summary (written by `cargo bench --bench compare -- --record`) -->";
+const SUMMARY_END: &str = "<!-- /compare:summary -->";
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
+}
+
+/// The README and every page of `docs/`, by path.
+fn documents() -> Vec<(String, String)> {
+    let mut paths = vec!["README.md".to_owned()];
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    for entry in std::fs::read_dir(docs).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            paths.push(format!("docs/{name}"));
+        }
+    }
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let text = read(&p);
+            (p, text)
+        })
+        .collect()
+}
+
+/// Whether `actual` is what a document shows as `expected`: the same lines, except that a shown
+/// line ending in `...` stands for any line that starts with what comes before it (a line too
+/// long to show whole).
+fn shows(expected: &str, actual: &str) -> bool {
+    let (expected, actual): (Vec<&str>, Vec<&str>) =
+        (expected.lines().collect(), actual.lines().collect());
+    expected.len() == actual.len()
+        && expected
+            .iter()
+            .zip(&actual)
+            .all(|(e, a)| match e.strip_suffix("...") {
+                Some(start) => a.starts_with(start),
+                None => e == a,
+            })
+}
+
 #[test]
-fn readme_examples_print_what_the_readme_shows() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let bin_dir = std::path::Path::new(common::spawn::SANDBOX_RUN)
-        .parent()
-        .unwrap();
+fn the_documents_examples_print_what_the_documents_show() {
+    let bin_dir = Path::new(common::spawn::SANDBOX_RUN).parent().unwrap();
     let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
-    let mut examples: Vec<(String, String)> = Vec::new();
-    for block in common::fenced_blocks(&readme, "console") {
-        for line in block.lines() {
-            match line.strip_prefix("$ ") {
-                Some(command) => examples.push((command.to_owned(), String::new())),
-                None => {
-                    let (_, output) = examples
-                        .last_mut()
-                        .expect("a console block starts with `$ `");
-                    output.push_str(line);
-                    output.push('\n');
+    let mut examples: Vec<(String, String, String)> = Vec::new();
+    for (doc, text) in documents() {
+        for block in common::fenced_blocks(&text, "console") {
+            for line in block.lines() {
+                match line.strip_prefix("$ ") {
+                    Some(command) => {
+                        examples.push((doc.clone(), command.to_owned(), String::new()))
+                    }
+                    None => {
+                        let (_, _, output) = examples
+                            .last_mut()
+                            .expect("a console block starts with `$ `");
+                        output.push_str(line);
+                        output.push('\n');
+                    }
                 }
             }
         }
     }
     // The binaries print a notice when they compile a guest: have both compiled already.
     common::sandbox();
-    if examples.iter().any(|(c, _)| c.contains("--engine cpython")) {
+    if examples
+        .iter()
+        .any(|(_, c, _)| c.contains("--engine cpython"))
+    {
         common::cpython();
     }
-    for (command, expected) in &examples {
+    for (doc, command, expected) in &examples {
         let out = Command::new("sh")
             .args(["-c", &format!("{command} 2>&1")])
             .env("PATH", &path)
             .env("SAFE_PYTHON_CACHE_DIR", common::cache_dir())
             .output()
             .unwrap();
-        assert_eq!(
-            &String::from_utf8_lossy(&out.stdout),
-            expected,
-            "the README's `{command}` prints otherwise"
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            shows(expected, &printed),
+            "{doc}'s `{command}` prints otherwise:\n{printed}"
         );
     }
-    assert!(examples.len() >= 3, "the README shows its examples");
+    let in_readme = examples.iter().filter(|(d, _, _)| d == "README.md").count();
+    assert!(in_readme >= 3, "the README shows its examples");
 }
 
-/// The chat example of the CPython section: its code, run as the server runs it with the data
-/// stack allowed, prints the text the README shows.
 #[test]
-fn the_readme_chat_example_prints_what_the_readme_shows() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+fn shown_output_matches_line_by_line_with_cut_lines() {
+    assert!(shows("a\nb...\n", "a\nbcd\n"));
+    assert!(!shows("a\nb...\n", "a\ncd\n"));
+    assert!(!shows("a\n", "a\nb\n"));
+    assert!(!shows("a\nb\n", "a\nbc\n"));
+}
+
+/// The README's chat: the code it shows, with the CSV it shows in `files`, sent to a server with
+/// the default settings, replies with the text it shows.
+#[tokio::test]
+async fn the_readme_chat_example_replies_what_the_readme_shows() {
+    let readme = read("README.md");
     let chat = &readme[readme
+        .find("## What it looks like in a chat")
+        .expect("the chat example")..];
+    let csv = common::fenced_blocks(chat, "csv").remove(0);
+    let code = common::fenced_blocks(chat, "python").remove(0);
+    let shown = common::fenced_blocks(chat, "text").remove(0);
+    let client = connect((), common::spawn::mcp_server(&[])).await;
+    let reply = client
+        .call_tool(run_python_with(
+            json!({"code": code, "files": {"sales.csv": csv}}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(text(&reply), shown);
+    client.cancel().await.unwrap();
+}
+
+/// The chat example of the CPython engine's page: its code, run as the server runs it with the
+/// data stack allowed, prints the text the page shows.
+#[test]
+fn the_cpython_chat_example_prints_what_the_page_shows() {
+    let page = read("docs/cpython.md");
+    let chat = &page[page
         .find("In a chat, it looks like this")
         .expect("the chat example")..];
     let code = common::fenced_blocks(chat, "python").remove(0);
@@ -68,4 +155,68 @@ fn the_readme_chat_example_prints_what_the_readme_shows() {
     let r = common::run_in(common::cpython(), &code, &options);
     assert!(!r.is_failure(), "{r:#?}");
     assert_eq!(r.stdout, shown);
+}
+
+#[test]
+fn the_readme_is_a_front_door() {
+    let lines = read("README.md").lines().count();
+    assert!(
+        lines <= MAX_README_LINES,
+        "the README has {lines} lines: move the details into docs/"
+    );
+}
+
+/// The block of figures between the markers in `text`, which must hold exactly one.
+fn summary_block(text: &str, doc: &str) -> String {
+    assert_eq!(
+        text.matches(SUMMARY_BEGIN).count(),
+        1,
+        "{doc}: one summary block"
+    );
+    let start = text.find(SUMMARY_BEGIN).unwrap() + SUMMARY_BEGIN.len();
+    let end = text[start..]
+        .find(SUMMARY_END)
+        .unwrap_or_else(|| panic!("{doc}: the summary block ends"));
+    text[start..start + end].trim().to_owned()
+}
+
+#[test]
+fn the_figures_are_one_dated_run_the_same_in_the_readme_and_the_benchmarks_page() {
+    let readme = summary_block(&read("README.md"), "README.md");
+    let page = summary_block(&read("docs/benchmarks.md"), "docs/benchmarks.md");
+    assert_eq!(
+        readme, page,
+        "the README's figures are not the benchmarks page's"
+    );
+    let caption = readme.lines().next().unwrap_or_default();
+    let date = caption
+        .strip_prefix("Measured on ")
+        .and_then(|rest| rest.get(..10))
+        .unwrap_or_else(|| panic!("the figures are not dated: {caption}"));
+    let parts: Vec<&str> = date.split('-').collect();
+    assert!(
+        parts.len() == 3 && parts.iter().all(|p| p.chars().all(|c| c.is_ascii_digit())),
+        "{date} is not a date"
+    );
+    assert!(
+        caption.contains("by `cargo bench --bench compare -- --record`")
+            && caption.contains("cores"),
+        "the caption says how and where: {caption}"
+    );
+    let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with('|')).collect();
+    assert!(
+        rows.len() >= 7,
+        "a header, a rule and five rows of figures: {readme}"
+    );
+    let columns = rows[0].matches('|').count();
+    assert!(
+        rows.iter().all(|r| r.matches('|').count() == columns),
+        "every row has the header's columns"
+    );
+    assert!(
+        rows[2..]
+            .iter()
+            .all(|r| r.contains("x |") || r.contains(" ms |")),
+        "each row holds figures: {readme}"
+    );
 }

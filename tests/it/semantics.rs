@@ -3,7 +3,7 @@
 use crate::common;
 
 use common::{run, run_allowing, value};
-use safe_python_executor::{Outcome, RunOptions, Session};
+use safe_python_executor::{ImportPolicy, Outcome, RunOptions, Session};
 
 /// The result of code that must complete, run in `session`.
 #[track_caller]
@@ -301,7 +301,9 @@ fn refused_imports_name_the_module_and_the_allowlist() {
             "{code}: {}",
             e.message
         );
-        assert!(e.message.contains("is not allowed in this sandbox (allowed: collections, datetime, itertools, math, queue, random, re, stat, statistics, time, unicodedata)"), "{code}: {}", e.message);
+        let allowed = ImportPolicy::DEFAULT_ALLOWED.join(", ");
+        let wording = format!("is not allowed in this sandbox (allowed: {allowed})");
+        assert!(e.message.contains(&wording), "{code}: {}", e.message);
     }
     assert_eq!(
         run("import os")
@@ -463,9 +465,9 @@ fn relative_imports_are_refused() {
 
 #[test]
 fn extra_modules_can_be_allowed() {
-    let r = run_allowing("import json\njson.dumps({'a': [1, 2]})", &["json"]);
-    assert_eq!(r.result(), Some("'{\"a\": [1, 2]}'"), "{r:?}");
-    assert_eq!(run("import json").error().unwrap().kind, "ImportError");
+    let r = run_allowing("import ast\nast.literal_eval('[1, 2]')", &["ast"]);
+    assert_eq!(r.result(), Some("[1, 2]"), "{r:?}");
+    assert_eq!(run("import ast").error().unwrap().kind, "ImportError");
 }
 
 #[test]
