@@ -52,7 +52,7 @@ pub(super) unsafe fn deserialize(
     unsafe { Module::deserialize(engine, checked) }.map_err(Distrust::Deserialize)
 }
 
-/// wasmtime's own mapping of `file`, unless a test made mapping fail ([`tests::refuse_mapping`]).
+/// wasmtime's own mapping of `file`, unless a test made mapping fail (`tests::refuse_mapping`).
 unsafe fn map(engine: &Engine, file: std::fs::File) -> wasmtime::Result<Module> {
     #[cfg(test)]
     if tests::MAPPING_REFUSED.get() {
