@@ -10,10 +10,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::files::{FileContent, MAX_FILES_REPLY_BYTES, file_blocks};
-use crate::engine::EngineKind;
 use crate::outcome::{MAX_IMAGES, Outcome, RunReport, RunResult, left_out_note};
-use crate::sandbox::RunOptions;
 use crate::sandbox::files::FileLimits;
+use crate::sandbox::{About, RunOptions};
 use crate::session::registry::{SessionError, SessionLimits, SessionReport, Start, minutes};
 
 /// Runs code.
@@ -59,21 +58,15 @@ impl RunPythonArgs {
 }
 
 /// The tool's description, for the model, with this server's limits and allowlist.
-pub fn description(options: &RunOptions, sessions: SessionLimits, engine: EngineKind) -> String {
+pub fn description(options: &RunOptions, sessions: SessionLimits, engine: &About) -> String {
     let limits = &options.limits;
-    let interpreter = match engine {
-        EngineKind::RustPython => {
-            "RustPython, a Python 3 interpreter: pure-Python standard library, no numpy or pandas"
-        }
-        EngineKind::CPython => {
-            "CPython 3.15, with numpy, pandas, scipy, scikit-learn, statsmodels and matplotlib installed (importable only if listed below)"
-        }
-    };
-    let figures = match engine {
-        EngineKind::RustPython => String::new(),
-        EngineKind::CPython => format!(
+    let interpreter = engine.described;
+    let figures = if engine.draws_figures {
+        format!(
             "- Plots come back as PNG images after the text (when matplotlib is among the modules below): every matplotlib figure shown with plt.show() or still open when the code ends is returned, then closed; at most {MAX_IMAGES} per call, and large ones are scaled down. Just draw them; there is no need to save them.\n"
-        ),
+        )
+    } else {
+        String::new()
     };
     let idle = minutes(sessions.idle.as_secs_f64());
     let file_limits = FileLimits::default();

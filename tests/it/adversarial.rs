@@ -34,7 +34,7 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::Engine;
+use common::{Each, Engine};
 use common::client::{
     Began, Client, connect, handle_in, new_session, refused, run_python, run_python_with,
     session_call, text,
