@@ -20,9 +20,9 @@ mod install;
 mod pins;
 mod stdlib;
 
-pub(crate) use artifacts::install_hint;
 #[cfg(feature = "fetch")]
 pub use artifacts::DownloadFailure;
+pub(crate) use artifacts::install_hint;
 pub use artifacts::{Artifacts, ArtifactsError, Progress, Stage};
 #[cfg(feature = "fetch")]
 pub use fetch::fetch;

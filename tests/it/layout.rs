@@ -225,7 +225,11 @@ impl Tree {
             .collect();
         // Inline modules (`mod tests { ... }`) included.
         let inline = lines.iter().flatten().map(|(m, _)| m.clone());
-        let modules = sources.iter().map(|s| s.module.clone()).chain(inline).collect();
+        let modules = sources
+            .iter()
+            .map(|s| s.module.clone())
+            .chain(inline)
+            .collect();
         let mut tree = Tree {
             modules,
             bound: BTreeMap::new(),
