@@ -313,7 +313,6 @@ fn data_stack(
 fn load(cpython: bool, metering: Metering, preload: Vec<String>) -> anyhow::Result<Sandbox> {
     let options = SandboxOptions {
         metering,
-        preload,
         ..SandboxOptions::default()
     };
     if !cpython {
@@ -323,7 +322,7 @@ fn load(cpython: bool, metering: Metering, preload: Vec<String>) -> anyhow::Resu
     let artifacts = Artifacts::find(&dir)?
         .context("the CPython engine is not installed: safe-python-mcp --engine cpython --check")?;
     let started = Instant::now();
-    let sandbox = Sandbox::cpython(&artifacts, options)?;
+    let sandbox = Sandbox::cpython(&artifacts, preload, options)?;
     println!(
         "CPython engine ({metering:?}) loaded in {:.0} ms ({:?})",
         started.elapsed().as_secs_f64() * 1000.0,

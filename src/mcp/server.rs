@@ -27,7 +27,7 @@ use super::tools::{self, MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs};
 use crate::sandbox::{RunOptions, Sandbox};
 use crate::session::registry::{LeaseRun, SessionRequest, Sessions};
 
-/// Opens the sandbox and builds the CPython engine's template (see [`Sandbox::template`]), so
+/// Opens the sandbox and builds the engine's template (see [`Sandbox::template`]), so
 /// that no call pays for either; on the loader's own thread, as `initialize` must not wait.
 fn open_with_template(flags: &crate::flags::SandboxFlags) -> anyhow::Result<Sandbox> {
     let sandbox = flags.open_sandbox(true, crate::flags::log_compile_notice)?;
@@ -74,8 +74,9 @@ impl PythonServer {
         let session_limits = args.session_limits();
         let mut router = Self::tool_router();
         if let Some(route) = router.map.get_mut(RUN_PYTHON) {
-            route.attr.description =
-                Some(tools::description(&options, session_limits, args.sandbox.engine).into());
+            route.attr.description = Some(
+                tools::description(&options, session_limits, args.sandbox.engine.about()).into(),
+            );
         }
         PythonServer(Arc::new(Inner {
             router,

@@ -10,11 +10,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::files::{FileContent, MAX_FILES_REPLY_BYTES, file_blocks};
-use crate::engine::EngineKind;
 use crate::outcome::{MAX_IMAGES, Outcome, RunReport, RunResult, left_out_note};
 use crate::policy::ImportPolicy;
-use crate::sandbox::RunOptions;
 use crate::sandbox::files::FileLimits;
+use crate::sandbox::{About, RunOptions};
 use crate::session::registry::{SessionError, SessionLimits, SessionReport, Start, minutes};
 
 /// Runs code.
@@ -60,21 +59,15 @@ impl RunPythonArgs {
 }
 
 /// The tool's description, for the model, with this server's limits and allowlist.
-pub fn description(options: &RunOptions, sessions: SessionLimits, engine: EngineKind) -> String {
+pub fn description(options: &RunOptions, sessions: SessionLimits, engine: &About) -> String {
     let limits = &options.limits;
-    let interpreter = match engine {
-        EngineKind::RustPython => {
-            "RustPython, a Python 3 interpreter: pure-Python standard library, no numpy or pandas"
-        }
-        EngineKind::CPython => {
-            "CPython 3.15, with numpy, pandas, scipy, scikit-learn, statsmodels and matplotlib installed (importable only if listed below)"
-        }
-    };
-    let figures = match engine {
-        EngineKind::RustPython => String::new(),
-        EngineKind::CPython => format!(
+    let interpreter = engine.described;
+    let figures = if engine.draws_figures {
+        format!(
             "- Plots come back as PNG images after the text (when matplotlib is among the modules below): every matplotlib figure shown with plt.show() or still open when the code ends is returned, then closed; at most {MAX_IMAGES} per call, and large ones are scaled down. Just draw them; there is no need to save them.\n"
-        ),
+        )
+    } else {
+        String::new()
     };
     let idle = minutes(sessions.idle.as_secs_f64());
     let file_limits = FileLimits::default();
@@ -340,11 +333,6 @@ mod tests {
             json!([{"mime": "image/png", "bytes": 24, "width": 640, "height": 480}])
         );
         assert_eq!(listed["images_left_out"], 2);
-        // A reply without figures leaves both fields out, so the schema must not require them.
-        let schema = serde_json::to_value(crate::mcp::schema::output_schema()).unwrap();
-        let required = schema["required"].as_array().unwrap();
-        assert!(!required.contains(&json!("images")), "{schema}");
-        assert!(!required.contains(&json!("images_left_out")), "{schema}");
     }
 
     #[test]

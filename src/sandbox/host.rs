@@ -1,22 +1,21 @@
-//! The host side of the guest protocol: the state a store carries, the memory limiter, the linker
-//! functions of `safe-python-protocol` and the WASI calls shadowed here, bounded reads of guest
-//! memory, and the ABI check that refuses a guest built for another protocol version.
+//! The host side of the guest protocol, as every engine shares it: the state a store carries, the
+//! memory limiter, the WASI calls shadowed here, bounded reads of guest memory, and the answers to
+//! an import question and to a report, which each engine's own imports call.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use safe_python_protocol as protocol;
-use wasmtime::{Caller, Extern, Linker, Memory, Module, ResourceLimiter, Trap};
+use wasmtime::{Caller, Extern, Linker, Memory, ResourceLimiter, Trap};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
 
-use super::{Guest, SandboxError};
 use crate::outcome::ImageCollector;
 use crate::outcome::classify::HostRecords;
 use crate::output::{OutputSink, Stream};
 use crate::policy::ImportPolicy;
-use crate::vfs::Files;
+use crate::vfs::{Dir, Files};
 
 pub(crate) struct HostState {
     pub(super) wasi: WasiP1Ctx,
@@ -45,14 +44,10 @@ pub(crate) struct HostState {
 }
 
 impl HostState {
-    pub(super) fn new(guest: &Guest) -> HostState {
+    /// A store's state whose guest sees `preopens` (an engine's standard library, if it has one).
+    pub(super) fn new(preopens: &[(Arc<str>, Arc<Dir>)]) -> HostState {
         let sink = OutputSink::default();
-        // The file calls, stdio included, are served from memory; only the CPython engine has
-        // folders of its own (its standard library).
-        let preopens = match guest {
-            Guest::CPython(stdlib) => &stdlib.preopens[..],
-            Guest::RustPython => &[],
-        };
+        // The file calls, stdio included, are served from memory.
         let files = Files::new(sink.clone(), preopens.iter().cloned());
         let wasi = WasiCtxBuilder::new()
             .stdout(sink.stream(Stream::Stdout))
@@ -107,28 +102,6 @@ impl HostState {
             memory_denied: self.limiter.denied,
         }
     }
-}
-
-/// Refuses a guest built for another protocol version with a message saying so, rather than a
-/// wasmtime "unknown import" error.
-pub(super) fn check_abi(module: &Module) -> Result<(), SandboxError> {
-    for import in module.imports() {
-        let m = import.module();
-        if m != "wasi_snapshot_preview1" && m != protocol::IMPORT_MODULE {
-            return Err(SandboxError::IncompatibleGuest(format!(
-                "it imports `{m}::{}`, but this host speaks protocol `{}` (rebuild the guest: scripts/guest.sh build)",
-                import.name(),
-                protocol::IMPORT_MODULE
-            )));
-        }
-    }
-    if module.get_export(protocol::exports::RUN).is_none() {
-        return Err(SandboxError::IncompatibleGuest(format!(
-            "it does not export `{}`",
-            protocol::exports::RUN
-        )));
-    }
-    Ok(())
 }
 
 /// Caps linear memory and records its peak. Unlike `StoreLimits` it remembers whether growth was
@@ -253,41 +226,6 @@ pub(super) fn add_wasi_overrides_to_linker(linker: &mut Linker<HostState>) -> wa
         "proc_exit",
         |_: Caller<'_, HostState>, status: i32| -> wasmtime::Result<()> {
             Err(I32Exit(status).into())
-        },
-    )?;
-    Ok(())
-}
-
-pub(super) fn add_protocol_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    use protocol::{IMPORT_MODULE as M, imports};
-    linker.func_wrap(
-        M,
-        imports::REQUEST_LEN,
-        |caller: Caller<'_, HostState>| -> i32 { caller.data().request.len() as i32 },
-    )?;
-    linker.func_wrap(
-        M,
-        imports::REQUEST_READ,
-        |mut caller: Caller<'_, HostState>, ptr: i32| {
-            let request = std::mem::take(&mut caller.data_mut().request);
-            memory(&mut caller)?.write(&mut caller, ptr as u32 as usize, &request)?;
-            caller.data_mut().request = request;
-            Ok(())
-        },
-    )?;
-    linker.func_wrap(
-        M,
-        imports::IMPORT_ALLOWED,
-        |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
-            Ok(i32::from(ask_import(&mut caller, ptr, len)?))
-        },
-    )?;
-    linker.func_wrap(
-        M,
-        imports::REPORT,
-        |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
-            take_report(&mut caller, ptr, len);
-            Ok(())
         },
     )?;
     Ok(())

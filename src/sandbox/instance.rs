@@ -1,20 +1,17 @@
 //! One instance of the guest in a store of its own, and one call on it: setting the call's budget,
 //! running it, and gathering what it produced.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use safe_python_protocol::{self as protocol, Request};
-use wasmtime::{Memory, Store, TypedFunc};
+use wasmtime::{Memory, Store};
 
 use super::cow::Image;
 use super::host::{HostState, MemoryLimiter};
 use super::pool::Allocation;
-use super::{Guest, RunOptions, Sandbox, SandboxError, door};
+use super::{BoxFuture, RunOptions, Sandbox, SandboxError};
 use crate::engine::{self, Metering};
-use crate::limits::Limits;
 use crate::outcome::{ImageCollector, Limit, Outcome, RunResult, Stats, classify};
-use crate::policy::ImportPolicy;
 
 /// An instance of the guest in a store of its own. A fresh run uses one for one call; a session
 /// keeps one for many. It is instantiated by its first call, within that call's time limit.
@@ -24,24 +21,24 @@ pub(crate) struct Instance {
     allocation: Allocation,
 }
 
-#[derive(Clone)]
 struct Exports {
-    entry: Entry,
+    instance: wasmtime::Instance,
+    entry: Box<dyn Entry>,
     memory: Memory,
 }
 
-/// How a call enters the guest.
-#[derive(Clone)]
-enum Entry {
-    /// The RustPython guest's `run` export, which fetches its request through the protocol.
-    Run(TypedFunc<(), ()>),
-    /// The CPython reactor runs source text a turn at a time: first the driver, then one turn
-    /// per call, which fetches its request through the door.
-    Turn {
-        turn: TypedFunc<(i32, i32), i32>,
-        alloc: TypedFunc<i32, i32>,
-        driver_installed: bool,
-    },
+/// How calls enter one instance of a guest: its engine's ([`super::Guest::entry`]).
+pub(crate) trait Entry: Send {
+    /// Runs one call, whose request the guest fetches through the host.
+    fn call<'a>(
+        &'a mut self,
+        store: &'a mut Store<HostState>,
+        memory: Memory,
+    ) -> BoxFuture<'a, wasmtime::Result<()>>;
+
+    /// The instance's memory was overwritten with one that a prepared or completed instance left
+    /// (the template's, or a session's).
+    fn restored(&mut self) {}
 }
 
 /// How one call of an [`Instance`] went.
@@ -52,10 +49,6 @@ pub(crate) struct Call {
     pub broken: bool,
 }
 
-/// How long a driver turn may wait in the host (for randomness, say): it runs the server's own
-/// imports, not user code, so this only keeps a broken one from hanging there.
-const DRIVER_TURN_TIME: Duration = Duration::from_secs(600);
-
 /// The unit of wasm linear memory.
 const WASM_PAGE: u64 = 64 << 10;
 
@@ -63,7 +56,8 @@ impl Instance {
     /// An empty store on [`Sandbox::allocation`]'s engine: each call sets its own limits.
     pub(crate) fn new(sandbox: &Sandbox) -> Result<Instance, SandboxError> {
         let allocation = sandbox.allocation()?;
-        let mut store = Store::new(allocation.engine(), HostState::new(&sandbox.guest));
+        let state = HostState::new(sandbox.guest.preopens());
+        let mut store = Store::new(allocation.engine(), state);
         store.limiter(|s| &mut s.limiter);
         let exports = None;
         Ok(Instance {
@@ -73,7 +67,7 @@ impl Instance {
         })
     }
 
-    async fn instantiate(&mut self, sandbox: &Sandbox) -> wasmtime::Result<Exports> {
+    async fn instantiate(&mut self, sandbox: &Sandbox) -> wasmtime::Result<Memory> {
         let instance = self
             .allocation
             .pre
@@ -83,143 +77,38 @@ impl Instance {
         if let Ok(init) = instance.get_typed_func::<(), ()>(&mut self.store, "_initialize") {
             init.call_async(&mut self.store, ()).await?;
         }
-        let entry = match sandbox.guest {
-            Guest::RustPython => {
-                Entry::Run(instance.get_typed_func(&mut self.store, protocol::exports::RUN)?)
-            }
-            Guest::CPython(_) => Entry::Turn {
-                turn: instance.get_typed_func(&mut self.store, door::TURN)?,
-                alloc: instance.get_typed_func(&mut self.store, door::ALLOC)?,
-                driver_installed: false,
-            },
-        };
+        let entry = sandbox.guest.entry(&instance, &mut self.store)?;
         let memory = instance
             .get_memory(&mut self.store, "memory")
             .ok_or_else(|| wasmtime::format_err!("the guest exports no memory"))?;
-        Ok(self.exports.insert(Exports { entry, memory }).clone())
+        self.exports = Some(Exports {
+            instance,
+            entry,
+            memory,
+        });
+        Ok(memory)
     }
 
     /// Enters the guest for one call.
     async fn enter(&mut self, sandbox: &Sandbox) -> wasmtime::Result<()> {
-        let exports = match &self.exports {
-            Some(exports) => exports.clone(),
+        let memory = match &self.exports {
+            Some(exports) => exports.memory,
             None => self.instantiate(sandbox).await?,
         };
-        self.rescan(sandbox, exports.memory)?;
-        match exports.entry {
-            Entry::Run(run) => run.call_async(&mut self.store, ()).await,
-            Entry::Turn {
-                turn,
-                alloc,
-                driver_installed,
-            } => {
-                if !driver_installed {
-                    self.install_driver(turn.clone(), alloc.clone(), exports.memory)
-                        .await?;
-                }
-                // A failed turn sends no report, which is how the call is judged.
-                self.turn(turn, alloc, exports.memory, door::RUN_TURN)
-                    .await
-                    .map(drop)
-            }
-        }
+        self.rescan(sandbox, memory)?;
+        let Instance { store, exports, .. } = self;
+        let exports = exports.as_mut().expect("instantiated above");
+        exports.entry.call(store, memory).await
     }
 
-    /// Runs the CPython driver's turn, which every later call's turn relies on.
-    async fn install_driver(
-        &mut self,
-        turn: TypedFunc<(i32, i32), i32>,
-        alloc: TypedFunc<i32, i32>,
-        memory: Memory,
-    ) -> wasmtime::Result<()> {
-        let status = self.turn(turn, alloc, memory, door::DRIVER).await?;
-        if status != 0 {
-            wasmtime::bail!(
-                "the CPython engine's driver failed to start (status {status}); its stderr says why"
-            );
-        }
-        self.mark_driver_installed();
-        Ok(())
-    }
-
-    /// Records that this CPython instance's memory holds the driver (RustPython has none).
-    fn mark_driver_installed(&mut self) {
-        if let Some(Exports {
-            entry: Entry::Turn {
-                driver_installed, ..
-            },
-            ..
-        }) = &mut self.exports
-        {
-            *driver_installed = true;
-        }
-    }
-
-    /// A CPython instance whose driver is installed and which has run no call: what the
-    /// engine's template is built on (see [`super::template`]). Its budget is instantiation's, and its output is dropped.
-    pub(crate) async fn with_driver(sandbox: &Sandbox) -> Result<Instance, SandboxError> {
-        let mut instance =
-            Instance::with_memory(sandbox, Limits::MAX_MEMORY_BYTES, 0, std::iter::empty()).await?;
-        instance.store.data().sink.begin(usize::MAX, None);
-        if let Some(Exports {
-            entry: Entry::Turn { turn, alloc, .. },
-            memory,
-        }) = instance.exports.clone()
-        {
-            instance
-                .install_driver(turn, alloc, memory)
-                .await
-                .map_err(SandboxError::Setup)?;
-        }
-        Ok(instance)
-    }
-
-    /// A turn of the driver's own on a CPython instance whose driver is installed (not a call:
-    /// no request, no `__main__`), with instantiation's budget, the imports it makes judged by
-    /// `policy` (a turn's code is not the driver's): its exit status. Its output stays in the
-    /// instance's sink until [`Self::take_output`].
-    pub(crate) async fn driver_turn(
-        &mut self,
-        source: &str,
-        policy: &Arc<ImportPolicy>,
-    ) -> Result<i32, SandboxError> {
-        let state = self.store.data_mut();
-        state.policy = policy.clone();
-        state.deadline = Instant::now() + DRIVER_TURN_TIME;
-        let Some(Exports {
-            entry: Entry::Turn { turn, alloc, .. },
-            memory,
-        }) = self.exports.clone()
-        else {
-            let e = wasmtime::format_err!("a driver turn needs an instantiated CPython instance");
-            return Err(SandboxError::Setup(e));
-        };
-        self.turn(turn, alloc, memory, source)
-            .await
-            .map_err(SandboxError::Setup)
+    /// The wasmtime instance and its memory; `None` before its first call.
+    pub(crate) fn exports(&self) -> Option<(wasmtime::Instance, Memory)> {
+        self.exports.as_ref().map(|e| (e.instance, e.memory))
     }
 
     /// The stdout and stderr written since the last call began, or since the last take.
     pub(crate) fn take_output(&self) -> (Vec<u8>, Vec<u8>) {
         self.store.data().sink.take()
-    }
-
-    /// One turn of the reactor: `source` copied into memory it allocates, then run; its exit
-    /// status (0 when the source ran without an uncaught exception, which it prints on stderr).
-    async fn turn(
-        &mut self,
-        turn: TypedFunc<(i32, i32), i32>,
-        alloc: TypedFunc<i32, i32>,
-        memory: Memory,
-        source: &str,
-    ) -> wasmtime::Result<i32> {
-        let len = i32::try_from(source.len())?;
-        let at = alloc.call_async(&mut self.store, len).await?;
-        if at == 0 {
-            wasmtime::bail!("the guest could not allocate {len} bytes for a turn");
-        }
-        memory.write(&mut self.store, at as u32 as usize, source.as_bytes())?;
-        turn.call_async(&mut self.store, (at, len)).await
     }
 
     /// The instance's linear memory; `None` before its first call.
@@ -244,15 +133,13 @@ impl Instance {
         let memory = instance
             .instantiate(sandbox)
             .await
-            .map_err(SandboxError::Setup)?
-            .memory;
+            .map_err(SandboxError::Setup)?;
         instance.write_pages(memory, len, pages)?;
         Ok(instance)
     }
 
-    /// A new instance whose memory is `image`, mapped copy-on-write (the CPython engine's
-    /// template), then grown to `len` bytes and overwritten with `pages` as in
-    /// [`Self::with_memory`].
+    /// A new instance whose memory is `image`, mapped copy-on-write (an engine's template), then
+    /// grown to `len` bytes and overwritten with `pages` as in [`Self::with_memory`].
     pub(crate) async fn with_image<'a>(
         sandbox: &Sandbox,
         memory_bytes: usize,
@@ -262,13 +149,13 @@ impl Instance {
     ) -> Result<Instance, SandboxError> {
         let mut instance =
             Instance::with_memory(sandbox, memory_bytes, image.len(), std::iter::empty()).await?;
-        let Some(memory) = instance.exports.as_ref().map(|e| e.memory) else {
+        let Some((_, memory)) = instance.exports() else {
             let e = wasmtime::format_err!("the instance has no memory");
             return Err(SandboxError::Setup(e));
         };
         // A memory the kernel failed to map over may have lost its pages: the instance is dropped.
         if !image.map_over(memory.data_mut(&mut instance.store)) {
-            let e = wasmtime::format_err!("cannot map the CPython engine's template");
+            let e = wasmtime::format_err!("cannot map the engine's template");
             return Err(SandboxError::Setup(e));
         }
         instance.write_pages(memory, len, pages)?;
@@ -291,10 +178,10 @@ impl Instance {
                 .write(&mut self.store, offset, bytes)
                 .map_err(|e| SandboxError::Setup(e.into()))?;
         }
-        // Memory restored into an instance holds the CPython driver: it is the engine's template,
-        // or a session's after a call that completed.
-        if len > 0 {
-            self.mark_driver_installed();
+        // Memory restored into an instance is the engine's template, or a session's after a call
+        // that completed.
+        if let Some(exports) = self.exports.as_mut().filter(|_| len > 0) {
+            exports.entry.restored();
         }
         Ok(())
     }

@@ -3,13 +3,17 @@
 //!
 //! The guest gets WASI preview 1 with nothing of the host's behind it: no host directory, no
 //! environment, no arguments, stdin at EOF, stdout and stderr captured by [`crate::output`]. Its
-//! files and stdio are `crate::vfs`'s, in memory: the CPython engine's standard library, and a
-//! call's own files when it brings some ([`files`]). The host functions
-//! of `safe-python-protocol` ([`host`]) are the only other way out, and each bounds what it reads.
-//! How a call ended is [`crate::outcome`]'s to say, from the trap and the host's records.
+//! files and stdio are `crate::vfs`'s, in memory: an engine's standard library, and a call's own
+//! files when it brings some ([`files`]). The host functions of the engine's protocol (the shared
+//! half in [`host`]) are the only other way out, and each bounds what it reads. How a call ended
+//! is [`crate::outcome`]'s to say, from the trap and the host's records.
+//!
+//! Everything here is the same for every engine. What differs between them (linking, folders,
+//! how a call enters, what a fresh instance starts from) each engine answers through [`Guest`],
+//! in its own module under [`engines`].
 
 mod cow;
-mod door;
+pub mod engines;
 pub mod files;
 mod host;
 mod instance;
@@ -20,27 +24,31 @@ pub(crate) mod scan_flag;
 pub(crate) mod snapshot;
 mod template;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
-use wasmtime::{Engine, InstancePre, Linker, Module};
+use wasmtime::{Engine, InstancePre, Linker, Module, Store};
 use wasmtime_wasi::p1;
 
 use crate::cache::{self, CacheError, Prepared, Wasm};
-use crate::cpython::{Artifacts, ArtifactsError, PINNED, Stdlib, StdlibError, install_hint};
-use crate::engine::{EngineKind, Metering};
+use crate::cpython::{ArtifactsError, StdlibError, install_hint};
+use crate::engine::Metering;
 use crate::limits::Limits;
 use crate::outcome::RunResult;
 use crate::output::OutputObserver;
 use crate::policy::ImportPolicy;
-use crate::{embedded, engine};
+use crate::vfs::Dir;
+pub use engines::{About, EngineKind, Setup, template_preloads};
 use files::InputFiles;
 use host::HostState;
+use instance::Entry;
 pub(crate) use instance::Instance;
 use pool::{Allocation, Pool};
 use template::Template;
-pub use template::{PreloadFailure, TemplateInfo, template_preloads};
+pub use template::{PreloadFailure, TemplateInfo};
 
 /// Faults of the host or of the guest artifact: never caused by the code being run.
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +97,8 @@ impl From<files::FilesError> for SandboxError {
 /// Called before the guest is compiled (it takes tens of seconds), with the cache entry's path.
 pub type CompileNotice = Box<dyn FnMut(Option<&Path>) + Send>;
 
-/// Where to keep the compiled guest and what to say while compiling it.
+/// Where to keep the compiled guest and what to say while compiling it: what every engine is
+/// opened with. What only one engine takes is an argument of its own constructor.
 #[derive(Default)]
 pub struct SandboxOptions {
     /// Cache directory for the compiled guest; `None` means [`cache::default_dir`].
@@ -97,12 +106,6 @@ pub struct SandboxOptions {
     pub on_compile: Option<CompileNotice>,
     /// Whether runs count instructions against [`Limits::fuel`].
     pub metering: Metering,
-    /// Modules the CPython engine imports into its template, so that calls find them loaded:
-    /// [`template_preloads`] of the server's policy. RustPython ignores it.
-    pub preload: Vec<String>,
-    /// How many RustPython instances the pool holds ([`engine::POOL_SLOTS`] when `None`; `Some(0)`
-    /// allocates every instance on demand). Instances beyond it are allocated on demand.
-    pub pool_slots: Option<u32>,
 }
 
 /// What one run may do and who hears its output.
@@ -117,13 +120,39 @@ pub struct RunOptions {
     pub files: Option<InputFiles>,
 }
 
-/// Which guest a sandbox runs, and what only that guest needs.
-#[derive(Clone)]
-pub(crate) enum Guest {
-    RustPython,
-    /// The reactor's standard library, served from memory to every instance.
-    CPython(Stdlib),
+/// A future the sandbox awaits on an engine's behalf.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A loaded engine, as the engine-neutral code here drives it: everything about a guest that
+/// differs from one engine to another (each engine's is in [`engines`]).
+pub(crate) trait Guest: Send + Sync {
+    /// Checks that `module` is a guest this engine's host can drive (saying what it lacks rather
+    /// than failing to link), and links what it imports beyond WASI and the files.
+    fn link(&self, linker: &mut Linker<HostState>, module: &Module) -> Result<(), SandboxError>;
+
+    /// The read-only folders every instance sees, as guest path and tree.
+    fn preopens(&self) -> &[(Arc<str>, Arc<Dir>)];
+
+    /// Where the module's libc records that it has scanned the preopens ([`scan_flag`]); `None`:
+    /// the guest cannot be given files.
+    fn scan_flag(&self) -> Option<u32>;
+
+    /// How calls enter `instance`, a new instance of the module in `store`.
+    fn entry(
+        &self,
+        instance: &wasmtime::Instance,
+        store: &mut Store<HostState>,
+    ) -> wasmtime::Result<Box<dyn Entry>>;
+
+    /// The instance the engine's template is made of ([`template`]), prepared on `sandbox`, and
+    /// what it imported; `None` when a fresh instance is the module as compiled, which is then
+    /// the template.
+    fn prepare<'a>(&'a self, sandbox: &'a Sandbox) -> Option<BoxFuture<'a, Preparation>>;
 }
+
+/// An engine's template instance ([`Guest::prepare`]), with the modules it imported or the one
+/// that failed (the template is then the plain one).
+pub(crate) type Preparation = Result<(Instance, Result<Vec<String>, PreloadFailure>), SandboxError>;
 
 /// The compiled guest, ready to be instantiated any number of times, from any number of threads.
 #[derive(Clone)]
@@ -131,78 +160,19 @@ pub struct Sandbox {
     metering: Metering,
     pre: InstancePre<HostState>,
     prepared: Prepared,
-    guest: Guest,
+    guest: Arc<dyn Guest>,
     /// A fresh instance, made when first needed, that memory is compared with (by sessions,
-    /// unless the CPython template is mapped: see [`Sandbox::session_base`]). Never run; its memory is mapped from the compiled module, so it costs almost
-    /// nothing.
+    /// unless a template is mapped: see [`Sandbox::session_base`]). Never run; its memory is
+    /// mapped from the compiled module, so it costs almost nothing.
     pristine: Arc<OnceCell<Arc<Mutex<Instance>>>>,
-    /// What the CPython engine's template imports.
-    preload: Arc<[String]>,
-    /// The CPython engine's template ([`template`]): every fresh call starts from it instead of
-    /// installing the driver and importing the data stack again. Made by [`Sandbox::template`]
-    /// or the first fresh call; holds no user state.
-    template: Arc<OnceCell<Arc<Template>>>,
-    /// Where the module's bytes are, to find its preopen-scan flag when files are first given.
-    module_file: Option<Arc<PathBuf>>,
-    /// That flag's address ([`scan_flag::scan_flag`]), found once.
-    scan_flag: Arc<OnceLock<Option<u32>>>,
-    /// The RustPython engine's instance pool, when `engine` has one ([`engine::pooled`]).
+    /// The engine's template ([`template`]), where it has one: every fresh call starts from it.
+    /// Made by [`Sandbox::template`] or the first fresh call; holds no user state.
+    template: Arc<OnceCell<Option<Arc<Template>>>>,
+    /// The instance pool, when the engine has one ([`crate::engine::pooled`]).
     pool: Option<Arc<Pool>>,
 }
 
 impl Sandbox {
-    /// Loads the embedded RustPython guest (from the compiled-module cache when it can), with its
-    /// instances allocated from a pool ([`engine::POOL_SLOTS`]), or on demand where the pool's
-    /// address space cannot be reserved.
-    pub fn new(mut options: SandboxOptions) -> Result<Sandbox, SandboxError> {
-        let metering = options.metering;
-        options.cache_dir = options.cache_dir.take().or_else(cache::default_dir);
-        let slots = options.pool_slots.unwrap_or(engine::POOL_SLOTS);
-        let pooled = (slots > 0).then(|| engine::pooled(metering, slots));
-        let (engine, pool) = match pooled.transpose() {
-            Ok(Some(engine)) => {
-                let pool = Pool::new(slots, metering, options.cache_dir.clone());
-                (engine, Some(Arc::new(pool)))
-            }
-            unpooled => {
-                if let Err(e) = unpooled {
-                    tracing::warn!("no instance pool ({e:#}): instances are allocated on demand");
-                }
-                let engine =
-                    engine::new(EngineKind::RustPython, metering).map_err(SandboxError::Engine)?;
-                (engine, None)
-            }
-        };
-        let (module, prepared) = Self::load(&engine, Wasm::Embedded, embedded::SHA256, options)?;
-        let sandbox = Self::link(&engine, metering, module, prepared, Guest::RustPython)?;
-        Ok(Sandbox { pool, ..sandbox })
-    }
-
-    /// Loads the CPython engine from its installed artifacts (see [`crate::cpython`]). The first
-    /// time, compiling its 100 MB module takes a minute or more; `options.on_compile` hears of it.
-    pub fn cpython(
-        artifacts: &Artifacts,
-        mut options: SandboxOptions,
-    ) -> Result<Sandbox, SandboxError> {
-        let preload = std::mem::take(&mut options.preload);
-        let stdlib = Stdlib::load(&artifacts.stdlib())?;
-        let snapshot = artifacts.snapshot();
-        let metering = options.metering;
-        let engine = engine::new(EngineKind::CPython, metering).map_err(SandboxError::Engine)?;
-        let (module, prepared) = Self::load(
-            &engine,
-            Wasm::File(&snapshot),
-            PINNED.snapshot.sha256,
-            options,
-        )?;
-        let sandbox = Self::link(&engine, metering, module, prepared, Guest::CPython(stdlib))?;
-        Ok(Sandbox {
-            preload: preload.into(),
-            module_file: Some(Arc::new(snapshot)),
-            ..sandbox
-        })
-    }
-
     fn load(
         engine: &Engine,
         wasm: Wasm<'_>,
@@ -224,67 +194,34 @@ impl Sandbox {
         )?)
     }
 
-    /// A sandbox around another guest module speaking this crate's protocol, compiled in memory and
-    /// never cached: for checking how the host copes with a faulty or hostile guest.
-    pub fn with_guest(wasm: &[u8]) -> Result<Sandbox, SandboxError> {
-        let engine =
-            engine::new(EngineKind::RustPython, Metering::Fuel).map_err(SandboxError::Engine)?;
-        let module =
-            Module::new(&engine, wasm).map_err(|e| SandboxError::Cache(CacheError::Compile(e)))?;
-        let sandbox = Self::link(
-            &engine,
-            Metering::Fuel,
-            module,
-            Prepared::CompiledUncached,
-            Guest::RustPython,
-        )?;
-        // Its libc is unknown: it gets no files.
-        Ok(Sandbox {
-            scan_flag: Arc::new(OnceLock::from(None)),
-            ..sandbox
-        })
-    }
-
+    /// A sandbox running `module` as `guest`, its instances made on `engine`.
     fn link(
         engine: &Engine,
         metering: Metering,
         module: Module,
         prepared: Prepared,
-        guest: Guest,
+        guest: Arc<dyn Guest>,
     ) -> Result<Sandbox, SandboxError> {
-        let pre = instance_pre(engine, &module, &guest)?;
+        let pre = instance_pre(engine, &module, &*guest)?;
         Ok(Sandbox {
             metering,
             pre,
             prepared,
             guest,
             pristine: Arc::default(),
-            preload: Arc::new([]),
             template: Arc::default(),
-            module_file: None,
-            scan_flag: Arc::default(),
             pool: None,
         })
     }
 
     /// Where a new instance comes from (see [`pool::Allocation`]).
     pub(crate) fn allocation(&self) -> Result<Allocation, SandboxError> {
-        pool::allocate(self.pool.as_ref(), &self.pre, &self.guest)
+        pool::allocate(self.pool.as_ref(), &self.pre)
     }
 
-    /// Where the guest's libc records that it has scanned the preopens: read from the module
-    /// the first time files are given (the embedded guest's bytes, or the CPython module's file).
+    /// Where the guest's libc records that it has scanned the preopens.
     pub(crate) fn scan_flag(&self) -> Result<u32, SandboxError> {
-        let flag = self
-            .scan_flag
-            .get_or_init(|| match (&self.guest, &self.module_file) {
-                (Guest::RustPython, _) => embedded::scan_flag(),
-                (Guest::CPython(_), Some(path)) => std::fs::read(path.as_path())
-                    .ok()
-                    .and_then(|wasm| scan_flag::scan_flag(&wasm)),
-                (Guest::CPython(_), None) => None,
-            });
-        flag.ok_or(SandboxError::NoFileSystem)
+        self.guest.scan_flag().ok_or(SandboxError::NoFileSystem)
     }
 
     /// The instance sessions compare their memory with (see [`crate::session`]).
@@ -299,15 +236,6 @@ impl Sandbox {
             })
             .await?;
         Ok(pristine.clone())
-    }
-
-    /// A new instance for one fresh call: RustPython's from its snapshot as compiled, CPython's
-    /// from the engine's template.
-    pub(crate) async fn fresh(&self) -> Result<Instance, SandboxError> {
-        if let Guest::RustPython = self.guest {
-            return Instance::new(self);
-        }
-        self.instance_from_template().await
     }
 
     /// Whether runs count instructions (see [`Metering`]).
@@ -339,32 +267,22 @@ impl Sandbox {
 }
 
 /// Links the guest's imports: WASI preview 1, with the calls shadowed in [`host`] and the files
-/// served from memory, and the guest's own protocol.
+/// served from memory, and the engine's own.
 fn instance_pre(
     engine: &Engine,
     module: &Module,
-    guest: &Guest,
+    guest: &dyn Guest,
 ) -> Result<InstancePre<HostState>, SandboxError> {
     let mut linker = Linker::new(engine);
     p1::add_to_linker_async(&mut linker, |s: &mut HostState| &mut s.wasi)
         .map_err(SandboxError::Link)?;
     linker.allow_shadowing(true);
     host::add_wasi_overrides_to_linker(&mut linker).map_err(SandboxError::Link)?;
-    // Both guests' files and stdio are served from memory ([`crate::vfs`]).
+    // Every guest's files and stdio are served from memory ([`crate::vfs`]).
     crate::vfs::add_to_linker(&mut linker, |s: &mut HostState| &mut s.files)
         .map_err(SandboxError::Link)?;
-    match guest {
-        Guest::RustPython => {
-            host::check_abi(module)?;
-            linker.allow_shadowing(false);
-            host::add_protocol_to_linker(&mut linker).map_err(SandboxError::Link)?;
-        }
-        Guest::CPython(_) => {
-            door::check_abi(module)?;
-            linker.allow_shadowing(false);
-            door::add_to_linker(&mut linker).map_err(SandboxError::Link)?;
-        }
-    }
+    linker.allow_shadowing(false);
+    guest.link(&mut linker, module)?;
     linker.instantiate_pre(module).map_err(SandboxError::Link)
 }
 

@@ -1,5 +1,5 @@
-//! The RustPython engine's instance pool ([`crate::engine::pooled`]): which engine a new instance
-//! is made on, and where a used one is dropped.
+//! An engine's instance pool ([`crate::engine::pooled`]; the RustPython engine has one): which
+//! engine a new instance is made on, and where a used one is dropped.
 //!
 //! The pool itself is wasmtime's: a slot is reset when the store holding its instance is dropped,
 //! and the next instance in it starts from the guest's snapshot again, nothing of the last one
@@ -13,17 +13,17 @@
 //! resets the slot from a cold cache. Instances prepared ahead on a background thread would
 //! move work the same way, and were not tried for that reason.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use wasmtime::{Engine, InstancePre};
 
+use super::SandboxError;
 use super::host::HostState;
-use super::{Guest, SandboxError, instance_pre};
-use crate::cache::{self, Wasm};
-use crate::embedded;
-use crate::engine::{self, EngineKind, Metering};
+
+/// Links the guest on an engine without a pool, for the instances past the pool's slots.
+pub(super) type Overflow =
+    Box<dyn Fn() -> Result<InstancePre<HostState>, SandboxError> + Send + Sync>;
 
 /// The bookkeeping of an engine's instance pool: how many instances hold a slot, and the engine
 /// without a pool that makes instances once all its slots do, so that a full pool refuses
@@ -33,8 +33,7 @@ pub(super) struct Pool {
     slots: u32,
     live: AtomicU32,
     overflow: Mutex<Option<InstancePre<HostState>>>,
-    metering: Metering,
-    cache_dir: Option<PathBuf>,
+    load_overflow: Overflow,
 }
 
 /// A slot of the pool, held by an instance.
@@ -55,13 +54,13 @@ pub(crate) struct Allocation {
 }
 
 impl Pool {
-    pub(super) fn new(slots: u32, metering: Metering, cache_dir: Option<PathBuf>) -> Pool {
+    /// A pool of `slots`, whose instances past them are made with what `load_overflow` links.
+    pub(super) fn new(slots: u32, load_overflow: Overflow) -> Pool {
         Pool {
             slots,
             live: AtomicU32::new(0),
             overflow: Mutex::new(None),
-            metering,
-            cache_dir,
+            load_overflow,
         }
     }
 
@@ -73,7 +72,7 @@ impl Pool {
     }
 
     /// The engine without a pool, loaded on first use.
-    fn overflow(&self, guest: &Guest) -> Result<InstancePre<HostState>, SandboxError> {
+    fn overflow(&self) -> Result<InstancePre<HostState>, SandboxError> {
         let mut overflow = self.overflow.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(pre) = &*overflow {
             return Ok(pre.clone());
@@ -82,18 +81,7 @@ impl Pool {
             "all {} pooled instances are in use: more are allocated on demand",
             self.slots
         );
-        let engine =
-            engine::new(EngineKind::RustPython, self.metering).map_err(SandboxError::Engine)?;
-        let (module, _) = cache::load_or_compile(
-            &engine,
-            Wasm::Embedded,
-            embedded::SHA256,
-            self.cache_dir.as_deref(),
-            &mut |_| {},
-        )?;
-        Ok(overflow
-            .insert(instance_pre(&engine, &module, guest)?)
-            .clone())
+        Ok(overflow.insert((self.load_overflow)()?).clone())
     }
 }
 
@@ -102,13 +90,12 @@ impl Pool {
 pub(super) fn allocate(
     pool: Option<&Arc<Pool>>,
     pre: &InstancePre<HostState>,
-    guest: &Guest,
 ) -> Result<Allocation, SandboxError> {
     let (pre, slot) = match pool {
         None => (pre.clone(), None),
         Some(pool) => match pool.slot() {
             Some(slot) => (pre.clone(), Some(slot)),
-            None => (pool.overflow(guest)?, None),
+            None => (pool.overflow()?, None),
         },
     };
     Ok(Allocation { pre, _slot: slot })

@@ -134,6 +134,42 @@ fn read_at(mem: &mut [u8], data: &[u8], offset: u64, iovs: &[(u32, u32)]) -> Res
     Ok(read)
 }
 
+/// The first checks of every read and write, in the order wasmtime makes them: the descriptor
+/// is open, the buffers lie in memory, and so does the place of the result. The buffers.
+fn transfer(
+    mem: &[u8],
+    files: &Files,
+    fd: u32,
+    iovs: u32,
+    iovs_len: u32,
+    out: u32,
+) -> Result<Vec<(u32, u32)>, Errno> {
+    files.get(fd)?;
+    let iovs = memory::iovecs(mem, iovs, iovs_len)?;
+    memory::check_out::<4>(mem, out)?;
+    Ok(iovs)
+}
+
+/// What a read of a descriptor reads from: stdin (always at its end), stdout or stderr (which
+/// cannot be read), or a file open for reading, as its bytes and the descriptor's offset.
+enum Source<'f> {
+    Stdin,
+    Output,
+    Bytes(&'f [u8], u64),
+}
+
+/// What a read of `fd` reads; `EISDIR` for a directory, `EBADF` for a file not open for reading.
+fn source(files: &Files, fd: u32) -> Result<Source<'_>, Errno> {
+    Ok(match files.get(fd)? {
+        Entry::Stdin => Source::Stdin,
+        Entry::Output(_) => Source::Output,
+        Entry::Dir { .. } | Entry::FolderDir { .. } => return Err(Errno::Isdir),
+        Entry::File { file, offset, .. } => Source::Bytes(file.data(), *offset),
+        Entry::FolderFile { read: false, .. } => return Err(Errno::Badf),
+        Entry::FolderFile { ino, offset, .. } => Source::Bytes(folder::data(files, *ino)?, *offset),
+    })
+}
+
 pub(crate) fn fd_read(
     mem: &mut [u8],
     files: &mut Files,
@@ -142,29 +178,15 @@ pub(crate) fn fd_read(
     iovs_len: u32,
     out: u32,
 ) -> Result<(), Errno> {
-    let entry = files.get_mut(fd)?;
-    let iovs = memory::iovecs(mem, iovs, iovs_len)?;
-    memory::check_out::<4>(mem, out)?;
-    let read = match entry {
-        Entry::Stdin => 0,
-        Entry::Output(_) => return Err(Errno::Badf),
-        Entry::Dir { .. } => return Err(Errno::Isdir),
-        Entry::File { file, offset, .. } => {
-            let read = read_at(mem, file.data(), *offset, &iovs)?;
-            *offset += u64::from(read);
-            read
-        }
-        Entry::FolderDir { .. } => return Err(Errno::Isdir),
-        Entry::FolderFile { read: false, .. } => return Err(Errno::Badf),
-        Entry::FolderFile { ino, offset, .. } => {
-            let (ino, at) = (*ino, *offset);
-            let read = read_at(mem, folder::data(files, ino)?, at, &iovs)?;
-            if let Entry::FolderFile { offset, .. } = files.get_mut(fd)? {
-                *offset += u64::from(read);
-            }
-            read
-        }
+    let iovs = transfer(mem, files, fd, iovs, iovs_len, out)?;
+    let read = match source(files, fd)? {
+        Source::Stdin => 0,
+        Source::Output => return Err(Errno::Badf),
+        Source::Bytes(data, offset) => read_at(mem, data, offset, &iovs)?,
     };
+    if let Entry::File { offset, .. } | Entry::FolderFile { offset, .. } = files.get_mut(fd)? {
+        *offset += u64::from(read);
+    }
     memory::write_u32(mem, out, read)
 }
 
@@ -177,16 +199,10 @@ pub(crate) fn fd_pread(
     offset: u64,
     out: u32,
 ) -> Result<(), Errno> {
-    let entry = files.get(fd)?;
-    let iovs = memory::iovecs(mem, iovs, iovs_len)?;
-    memory::check_out::<4>(mem, out)?;
-    let read = match entry {
-        Entry::Stdin | Entry::Output(_) => return Err(Errno::Spipe),
-        Entry::Dir { .. } => return Err(Errno::Isdir),
-        Entry::File { file, .. } => read_at(mem, file.data(), offset, &iovs)?,
-        Entry::FolderDir { .. } => return Err(Errno::Isdir),
-        Entry::FolderFile { read: false, .. } => return Err(Errno::Badf),
-        Entry::FolderFile { ino, .. } => read_at(mem, folder::data(files, *ino)?, offset, &iovs)?,
+    let iovs = transfer(mem, files, fd, iovs, iovs_len, out)?;
+    let read = match source(files, fd)? {
+        Source::Stdin | Source::Output => return Err(Errno::Spipe),
+        Source::Bytes(data, _) => read_at(mem, data, offset, &iovs)?,
     };
     memory::write_u32(mem, out, read)
 }
@@ -214,22 +230,21 @@ pub(crate) fn fd_write(
     iovs_len: u32,
     out: u32,
 ) -> Result<(), WriteError> {
-    let entry = files.get(fd)?;
-    let iovs = memory::iovecs(mem, iovs, iovs_len)?;
-    memory::check_out::<4>(mem, out)?;
-    if let Entry::FolderFile { .. } = entry {
-        let written = folder::write(mem, files, fd, &iovs, None)?;
-        return Ok(memory::write_u32(mem, out, written)?);
-    }
-    let Entry::Output(stream) = entry else {
-        return Err(Errno::Badf.into());
+    let iovs = transfer(mem, files, fd, iovs, iovs_len, out)?;
+    let stream = match files.get(fd)? {
+        Entry::Output(stream) => *stream,
+        Entry::FolderFile { .. } => {
+            let written = folder::write(mem, files, fd, &iovs, None)?;
+            return Ok(memory::write_u32(mem, out, written)?);
+        }
+        _ => return Err(Errno::Badf.into()),
     };
     let mut written = 0;
     for (ptr, len) in iovs.into_iter().filter(|&(_, len)| len > 0) {
         let bytes = memory::bytes(mem, ptr, len)?;
         files
             .sink()
-            .write(*stream, bytes)
+            .write(stream, bytes)
             .map_err(WriteError::Limit)?;
         written += len;
     }

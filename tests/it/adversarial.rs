@@ -34,11 +34,11 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::Engine;
 use common::client::{
     Began, Client, connect, handle_in, new_session, refused, run_python, run_python_with,
     session_call, text,
 };
+use common::{Each, Engine};
 use rmcp::ClientHandler;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use safe_python_executor::mcp::REPLY_OVERHEAD_BYTES;

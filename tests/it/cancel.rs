@@ -11,7 +11,7 @@ use safe_python_executor::{ImportPolicy, Limits, RunOptions, Session, Stream};
 use tokio::sync::Notify;
 
 use crate::common::client::{cancel_after, connect, new_session, run_python, session_call};
-use crate::common::{self, Engine};
+use crate::common::{self, Each, Engine};
 
 /// Code that runs for minutes once it has printed its first line (before which it may take a
 /// while: importing numpy in a fresh instance takes seconds), named by what keeps it busy.

@@ -14,7 +14,7 @@ use safe_python_executor::{ImportPolicy, Outcome, RunOptions, RunResult};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::common::{self, Engine};
+use crate::common::{self, Each, Engine};
 
 /// What a run showed, in the terms the corpus records.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::Engine;
+use common::{Each, Engine};
 use common::client::{connect, run_python, run_python_with, structured, text};
 use safe_python_executor::{ImportPolicy, RunOptions};
 use serde_json::json;
@@ -20,7 +20,7 @@ fn import_each(modules: &[&str]) -> String {
 
 #[test]
 fn every_default_module_imports_on_both_engines() {
-    for engine in Engine::BOTH {
+    for engine in Engine::ALL {
         let r = common::run_in(
             engine.sandbox(),
             &import_each(ImportPolicy::DEFAULT_ALLOWED),
@@ -49,8 +49,10 @@ total";
 
 #[tokio::test]
 async fn a_default_server_reads_and_writes_files_with_csv_json_io_and_pathlib() {
-    for engine in Engine::BOTH {
-        let client = connect((), common::spawn::mcp_server(engine.flags())).await;
+    for engine in Engine::ALL {
+        let mut server = common::spawn::mcp_server(&[]);
+        server.args(engine.flags());
+        let client = connect((), server).await;
         let files = json!({
             "sales.csv": "region,amount\nnorth,120\nsouth,80\neast,5\n",
             "config.json": "{\"regions\": [\"north\", \"south\"]}",
@@ -71,10 +73,10 @@ async fn a_default_server_reads_and_writes_files_with_csv_json_io_and_pathlib() 
 
 #[tokio::test]
 async fn a_refused_import_says_how_to_allow_it_and_deny_narrows_the_defaults() {
-    for engine in Engine::BOTH {
-        let mut flags = engine.flags().to_vec();
-        flags.extend(["--deny", "json,pathlib"]);
-        let client = connect((), common::spawn::mcp_server(&flags)).await;
+    for engine in Engine::ALL {
+        let mut server = common::spawn::mcp_server(&["--deny", "json,pathlib"]);
+        server.args(engine.flags());
+        let client = connect((), server).await;
         let reply = client
             .call_tool(run_python("import sqlite3", None))
             .await

@@ -8,7 +8,7 @@ use safe_python_executor::{
     FileLimits, FilesError, ImportPolicy, InputFiles, Limit, RunOptions, RunResult, Session,
 };
 
-use crate::common::{Engine, runtime};
+use crate::common::{Each, Engine, runtime};
 
 const SALES: &str = "region,units,price\nNorth,120,3.5\nSouth,80,3.5\nNorth,45,6.0\nEast,60,6.0\n";
 
@@ -57,7 +57,7 @@ sorted(totals.items())
 
 #[test]
 fn a_csv_is_summarised_with_csv_and_the_summary_comes_back_on_both_engines() {
-    for engine in Engine::BOTH {
+    for engine in Engine::ALL {
         let r = completed(
             engine,
             CSV_SUMMARY,
@@ -99,7 +99,7 @@ buf = io.StringIO(); buf.write("x"); (out / "c.bin").write_bytes(bytes(range(3))
 (out / "tmp.txt").unlink()
 (names, text, sorted(str(p) for p in out.rglob("*")))
 "#;
-    for engine in Engine::BOTH {
+    for engine in Engine::ALL {
         let files: &[(&str, &[u8])] = &[("notes/a.txt", b"hi"), ("x.csv", b"1")];
         let r = completed(engine, code, &options(files, &["io", "pathlib"]));
         assert_eq!(
@@ -139,7 +139,7 @@ fn data_is_read_only_and_every_other_path_says_where_files_live() {
         ("open('notes.txt', 'w')", EITHER),
         ("open('/data/missing.csv')", MISSING),
     ];
-    for engine in Engine::BOTH {
+    for engine in Engine::ALL {
         for (code, kinds) in cases {
             let r = run(engine, code, &options(&[("x.csv", b"1")], &[]));
             let error = r
@@ -178,7 +178,7 @@ for attempt in (
         results.append(type(e).__name__)
 results
 "#;
-    for engine in Engine::BOTH {
+    for engine in Engine::ALL {
         let options = options(&[("x.csv", b"1")], &["os"]);
         let r = completed(engine, code, &options);
         let result = r.result().unwrap();
@@ -201,7 +201,7 @@ results
 
 #[test]
 fn without_files_there_is_no_file_system() {
-    for engine in Engine::BOTH {
+    for engine in Engine::ALL {
         let r = run(engine, "open('/out/x', 'w')", &RunOptions::default());
         assert!(r.error().is_some(), "{engine:?}: {r:#?}");
         assert!(r.files.is_empty());
@@ -280,7 +280,7 @@ deep = attempt(lambda: os.makedirs("/out/" + "/".join(["d"] * 12)))
 big = attempt(lambda: open("/out/big", "wb").write(b"x" * (80 << 20)))
 (many, deep, big)
 "#;
-    for engine in Engine::BOTH {
+    for engine in Engine::ALL {
         let r = completed(engine, code, &options(&[], &["os"]));
         let result = r.result().unwrap();
         assert!(result.starts_with("(256, 'OSError"), "{engine:?}: {result}");
@@ -293,7 +293,7 @@ big = attempt(lambda: open("/out/big", "wb").write(b"x" * (80 << 20)))
 
 #[test]
 fn files_stay_with_a_session_and_are_rolled_back_with_it() {
-    for engine in Engine::BOTH {
+    for engine in Engine::ALL {
         runtime().block_on(async {
             let sandbox = engine.sandbox();
             let mut session = Session::new(sandbox).await.unwrap();
@@ -341,7 +341,7 @@ fn files_stay_with_a_session_and_are_rolled_back_with_it() {
 /// error from before said where files would be.
 #[test]
 fn files_first_given_in_a_later_call_of_a_session_are_found() {
-    for engine in Engine::BOTH {
+    for engine in Engine::ALL {
         runtime().block_on(async {
             let mut session = Session::new(engine.sandbox()).await.unwrap();
             let plain = RunOptions {

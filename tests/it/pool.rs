@@ -148,12 +148,11 @@ fn a_session_starts_clean_after_fresh_calls_and_leaves_nothing_to_them() {
 
 /// A sandbox whose pool has one slot, in the suite's module cache.
 fn one_slot() -> Sandbox {
-    Sandbox::new(SandboxOptions {
+    let options = SandboxOptions {
         cache_dir: Some(common::cache_dir()),
-        pool_slots: Some(1),
         ..SandboxOptions::default()
-    })
-    .expect("the sandbox starts")
+    };
+    Sandbox::with_pool(options, 1).expect("the sandbox starts")
 }
 
 fn completed(r: RunResult) -> Option<String> {

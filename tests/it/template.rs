@@ -11,9 +11,9 @@ use safe_python_executor::{ImportPolicy, RunOptions, Sandbox, SandboxOptions, Se
 fn preloading(preload: Vec<String>) -> Sandbox {
     Sandbox::cpython(
         &cpython_artifacts(),
+        preload,
         SandboxOptions {
             cache_dir: Some(cache_dir()),
-            preload,
             ..SandboxOptions::default()
         },
     )

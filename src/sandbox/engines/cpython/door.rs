@@ -9,21 +9,21 @@
 //! opcode byte, then its payload): it fetches the `Request`, asks about each import user code
 //! makes, sends each figure matplotlib holds (as a PNG, which only this engine can draw), and
 //! sends its `Report`. The host answers from the same state, with the same rules and bounds, as
-//! the RustPython guest's imports in [`super::host`]; figures it keeps within the bounds of
+//! the RustPython guest's imports ([`crate::sandbox::host`]); figures it keeps within the bounds of
 //! [`crate::outcome::ImageCollector`]. The driver ships with the host, so the two always match:
 //! this module is that protocol's one place.
 
 use wasmtime::{Caller, Extern, Linker};
 
-use super::SandboxError;
-use super::host::{HostState, ask_import, memory, read_guest, take_report};
 use crate::outcome::MAX_IMAGE_BYTES;
+use crate::sandbox::SandboxError;
+use crate::sandbox::host::{HostState, ask_import, memory, read_guest, take_report};
 
 /// The driver, run by the first turn of every instance, with the asyncio adapter it installs
 /// (shared with the RustPython guest).
 pub(super) const DRIVER: &str = concat!(
-    include_str!("asyncio_loop.py"),
-    include_str!("cpython_driver.py")
+    include_str!("../../asyncio_loop.py"),
+    include_str!("driver.py")
 );
 
 /// The turn that runs one call once [`DRIVER`] is installed.
@@ -172,8 +172,7 @@ mod tests {
     use wasmtime::{Module, Store};
 
     use super::*;
-    use crate::engine::{self, EngineKind};
-    use crate::sandbox::Guest;
+    use crate::engine;
 
     /// A hostile reactor: `turn` sends figure frames of garbage, of an enormous length, and one
     /// true PNG header, and returns the last answer's byte; `fault` sends a figure that runs
@@ -196,11 +195,11 @@ mod tests {
     "#;
 
     async fn call(export: &str) -> (wasmtime::Result<i32>, HostState) {
-        let engine = engine::new(EngineKind::RustPython, Default::default()).unwrap();
+        let engine = engine::new(Default::default(), Default::default()).unwrap();
         let module = Module::new(&engine, wat::parse_str(GUEST).unwrap()).unwrap();
         let mut linker = Linker::new(&engine);
         add_to_linker(&mut linker).unwrap();
-        let mut store = Store::new(&engine, HostState::new(&Guest::RustPython));
+        let mut store = Store::new(&engine, HostState::new(&[]));
         store.set_fuel(u64::MAX).unwrap();
         store.epoch_deadline_async_yield_and_update(1);
         let instance = linker.instantiate_async(&mut store, &module).await.unwrap();

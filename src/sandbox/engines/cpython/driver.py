@@ -1,4 +1,4 @@
-# The CPython engine's driver (see src/sandbox/door.rs): the guest half of the protocol with the prebuilt CPython reactor,
+# The CPython engine's driver (see door.rs, beside it): the guest half of the protocol with the prebuilt CPython reactor,
 # which the host cannot rebuild. The host hands this source to the reactor's `turn` export once per
 # instance; it leaves `run` as `_safe_python_run` in the turns' own namespace, and every call is
 # then one turn of `RUN_TURN`. All traffic with the host goes through the reactor's door
@@ -244,7 +244,7 @@ def _install():
 
     def main_globals():
         if state["main"] is None:
-            # The template may have imported them (src/sandbox/template.rs): each instance
+            # The template may have imported them (preload.rs, beside it): each instance
             # draws its own numbers.
             for generator in ("random", "numpy.random"):
                 if generator in sys.modules:
