@@ -4,8 +4,8 @@
 
 use crate::common;
 
-use common::{Each, Engine};
 use common::client::{connect, run_python, run_python_with, structured, text};
+use common::{Each, Engine};
 use safe_python_executor::{ImportPolicy, RunOptions};
 use serde_json::json;
 
