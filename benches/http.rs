@@ -7,6 +7,10 @@
 //!   client (`benches/support/http_sdk.py`, installed from PyPI into a virtual environment under
 //!   `target/` on first use).
 //!
+//! Each HTTP run also prints the CPU time per call of the client (as it measures itself) and of the
+//! server (from `/proc`, warm-up calls included): the clients run on the same cores as the server,
+//! and each does its calls on one thread, so its CPU time per call bounds what it can reach.
+//!
 //! Targets (issue 27): at 8 connections, HTTP reaches at least 80 % of stdio's calls per second,
 //! with p90 within twice p50, for both clients. A client that cannot run here (no `node`, no
 //! `python3`) is reported as skipped.
@@ -28,6 +32,8 @@ use support::percentile;
 
 const CALLS: usize = 2000;
 const CONNECTIONS: usize = 8;
+/// Calls each client makes before it measures.
+const WARM_UP: usize = 20;
 /// The pinned Python SDK.
 const PYTHON_SDK: &str = "mcp==2.3.0";
 
@@ -41,6 +47,9 @@ struct Figures {
     p50: f64,
     p90: f64,
     max: f64,
+    /// The client's own CPU time per call, in ms (not measured over stdio).
+    #[serde(default)]
+    cpu: Option<f64>,
 }
 
 #[tokio::main]
@@ -83,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
         };
         for connections in [1, CONNECTIONS] {
             let calls = if connections == 1 { CALLS / 4 } else { CALLS };
+            let server_cpu = support::cpu_time(server.child.id());
             let figures = match client(&mut command, &url, connections, calls) {
                 Ok(figures) => figures,
                 Err(e) => {
@@ -107,6 +117,19 @@ async fn main() -> anyhow::Result<()> {
                 );
             }
             println!();
+            // Where the time goes: the client runs on the same cores as the server, and one
+            // client process does its calls on one thread.
+            if let (Some(client), Ok(before), Ok(after)) = (
+                figures.cpu,
+                server_cpu,
+                support::cpu_time(server.child.id()),
+            ) {
+                let server = (after - before).as_secs_f64() * 1000.0 / (calls + WARM_UP) as f64;
+                println!(
+                    "    CPU per call: client {client:.2} ms (alone on one core: at most {:.0} calls/s), server {server:.2} ms",
+                    1000.0 / client
+                );
+            }
         }
     }
     Ok(())
@@ -119,7 +142,7 @@ fn verdict(met: bool) -> &'static str {
 /// Throughput and latency over stdio, [`CONNECTIONS`] calls in flight on one connection.
 async fn stdio() -> anyhow::Result<Figures> {
     let client: Client = ().serve(transport(common::spawn::mcp_server(&[]))).await?;
-    for _ in 0..20 {
+    for _ in 0..WARM_UP {
         client.call_tool(run_python("x = 1", None)).await?;
     }
     let left = Arc::new(AtomicUsize::new(CALLS));
@@ -152,6 +175,7 @@ async fn stdio() -> anyhow::Result<Figures> {
         p50: percentile(&times, 50),
         p90: percentile(&times, 90),
         max: percentile(&times, 100),
+        cpu: None,
     })
 }
 

@@ -1,7 +1,8 @@
 // The HTTP bench's Node client: `node http_fetch.mjs URL CONNECTIONS CALLS`. Node's own fetch
 // (undici, what TypeScript MCP clients use), keep-alive, CONNECTIONS calls in flight (so as many
 // connections) until CALLS stateless 2026-07-28 `run_python` calls of `x = 1` are answered. Prints
-// one JSON line: calls, calls per second, p50, p90 and max in ms.
+// one JSON line: calls, calls per second, p50, p90 and max in ms, and the CPU time this client
+// spent per call in ms (`cpu`: what the client itself costs the machine).
 const [url, connections, calls] = [process.argv[2], +process.argv[3], +process.argv[4]];
 const meta = {
   "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -31,6 +32,7 @@ for (let i = 0; i < 20; i++) await call();
 const times = [];
 let left = calls;
 const started = performance.now();
+const cpuStarted = process.cpuUsage();
 await Promise.all(Array.from({ length: connections }, async () => {
   while (left-- > 0) {
     const t = performance.now();
@@ -39,8 +41,10 @@ await Promise.all(Array.from({ length: connections }, async () => {
   }
 }));
 const seconds = (performance.now() - started) / 1000;
+const cpu = process.cpuUsage(cpuStarted);
 times.sort((a, b) => a - b);
 const at = (p) => times[Math.min(times.length - 1, Math.floor(times.length * p / 100))];
 console.log(JSON.stringify({
   calls: times.length, per_s: times.length / seconds, p50: at(50), p90: at(90), max: times.at(-1),
+  cpu: (cpu.user + cpu.system) / 1000 / times.length,
 }));

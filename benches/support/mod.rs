@@ -28,3 +28,25 @@ pub fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
 }
 
 pub mod record;
+
+/// The CPU time (user and system, all threads) process `pid` has used so far, from
+/// `/proc/<pid>/stat`.
+pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name, in parentheses, may hold spaces: fields are counted after it, from the
+    // state (field 3), so utime and stime (fields 14 and 15) are the 12th and 13th.
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let field = |i: usize| -> anyhow::Result<u64> {
+        Ok(fields
+            .get(i)
+            .ok_or_else(|| anyhow::anyhow!("short /proc/{pid}/stat"))?
+            .parse()?)
+    };
+    // SAFETY: sysconf reads a constant of the system.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    anyhow::ensure!(ticks_per_s > 0, "no clock tick rate");
+    Ok(Duration::from_secs_f64(
+        (field(11)? + field(12)?) as f64 / ticks_per_s as f64,
+    ))
+}

@@ -71,6 +71,14 @@ impl Server {
     }
 }
 
+/// Whether a raw `response` has a header line starting `line` (lowercase: header names are not
+/// case-sensitive).
+fn has_header(response: &str, line: &str) -> bool {
+    response
+        .to_ascii_lowercase()
+        .contains(&format!("\r\n{line}"))
+}
+
 fn modern() -> ClientLifecycleMode {
     ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -219,9 +227,7 @@ async fn the_token_is_required_and_checked() {
         let (status, response) = server.initialize(&host, &auth).await;
         assert_eq!(status, 401, "{auth:?}: {response}");
         assert!(
-            response
-                .to_ascii_lowercase()
-                .contains("www-authenticate: bearer"),
+            has_header(&response, "www-authenticate: bearer"),
             "{response}"
         );
     }
@@ -335,4 +341,42 @@ async fn sigterm_stops_what_outlasts_the_drain() {
         call.await.unwrap().is_err(),
         "the stopped call has no reply"
     );
+}
+
+/// A 2026-07-28 call whose reply is its only message comes back as one JSON body of known length
+/// (no event stream to frame and end); one that sends live output first still streams it.
+#[tokio::test]
+async fn a_plain_reply_is_json_and_live_output_streams() {
+    let server = &loopback(&[]);
+    let call = |code: &str, meta: &str| {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"run_python","arguments":{{"code":"{code}"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}},"io.modelcontextprotocol/clientInfo":{{"name":"raw","version":"1"}}{meta}}}}}}}"#
+        );
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+             Mcp-Method: tools/call\r\nMcp-Name: run_python",
+            server.addr,
+            body.len()
+        );
+        async move { server.raw(&head, &body).await }
+    };
+    let (status, response) = call("x = 6 * 7; x", "").await;
+    assert_eq!(status, 200, "{response}");
+    assert!(
+        has_header(&response, "content-type: application/json"),
+        "{response}"
+    );
+    assert!(has_header(&response, "content-length:"), "{response}");
+    assert!(response.contains(r#""result":"42""#), "{response}");
+    let live = "print('hi', flush=True); import time; time.sleep(0.5)";
+    let (status, response) = call(live, r#","progressToken":"p""#).await;
+    assert_eq!(status, 200, "{response}");
+    assert!(
+        has_header(&response, "content-type: text/event-stream"),
+        "{response}"
+    );
+    let progress = response.find("notifications/progress").expect(&response);
+    let reply = response.find(r#""stdout":"hi\n""#).expect(&response);
+    assert!(progress < reply, "{response}");
 }

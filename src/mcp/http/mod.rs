@@ -206,6 +206,11 @@ pub async fn serve(server: PythonServer, access: Access) -> Result<(), HttpError
         .with_allowed_origins(access.origins(bound))
         .enforce_origin_validation()
         .with_max_request_body_bytes(MAX_BODY_BYTES)
+        // A stateless call whose first message is its reply (no live output, no progress) is
+        // answered as one `application/json` body of known length, not as a server-sent event
+        // stream: no stream task, no chunked framing, one write. Calls that send messages
+        // before their reply still stream them.
+        .with_json_response(true)
         .with_cancellation_token(stop.clone());
     let transport_sessions = Arc::new(LocalSessionManager::default());
     let front = Arc::new(Front {
