@@ -135,7 +135,7 @@ fn read_at(mem: &mut [u8], data: &[u8], offset: u64, iovs: &[(u32, u32)]) -> Res
 }
 
 /// The first checks of every read and write, in the order wasmtime makes them: the descriptor
-/// is open, the buffers lie in memory, and so does the place of the result. The buffers.
+/// is open, the buffers lie in memory, and so does the place of the result. Returns the buffers.
 fn transfer(
     mem: &[u8],
     files: &Files,
