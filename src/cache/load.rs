@@ -1,5 +1,5 @@
-//! Turning a checked cache entry into a [`Module`]: mapped from its open file, where wasmtime can
-//! map it, else copied from the very bytes whose MAC was checked.
+//! Turning a checked cache entry, or a shipped module, into a [`Module`]: mapped from its open
+//! file, where wasmtime can map it, else copied from the very bytes that were checked.
 //!
 //! wasmtime maps an entry copy-on-write and executable. On Windows that needs a file handle opened
 //! for execution as well as reading, which [`open_options`] asks for (as wasmtime's own
@@ -27,27 +27,27 @@ pub(super) fn open_options() -> OpenOptions {
     options
 }
 
-/// The module in `file`, whose bytes `checked` (a map of the same open file) passed the MAC.
+/// The module in `file`, whose bytes `checked` (a map of the same open file) were checked: a cache
+/// entry's MAC, or a shipped module's binding.
 ///
 /// # Safety
 ///
-/// `checked` must be all of `file`'s bytes and have passed [`super::Cache`]'s MAC check, and
-/// nobody but this user may be able to change the file (see `Cache::load`).
+/// `checked` must be all of `file`'s bytes, and the file trusted to be what wasmtime compiled and
+/// to stay unchanged: a cache entry that passed [`super::Cache`]'s MAC check in a directory only
+/// this user can write (see `Cache::load`), or a module shipped in the installed package (see
+/// [`super::shipped`]).
 pub(super) unsafe fn deserialize(
     engine: &Engine,
     file: std::fs::File,
     checked: &[u8],
 ) -> Result<Module, Distrust> {
     // SAFETY: `deserialize_open_file` trusts the file to be a module this wasmtime compiled and to
-    // stay unchanged while the module lives: its bytes were just checked against a MAC that only a
-    // process holding this cache's key computes, and only over what `Module::serialize` produced
-    // for this guest, crate version and engine configuration, and nobody else can write the file
-    // or its directory (the caller's contract). wasmtime ignores the trailer.
+    // stay unchanged while the module lives: the caller's contract. wasmtime ignores the trailer.
     let mapping = match unsafe { map(engine, file) } {
         Ok(module) => return Ok(module),
         Err(e) => e,
     };
-    tracing::debug!("cannot map the cached module ({mapping:#}): loading a copy from memory");
+    tracing::debug!("cannot map the compiled module ({mapping:#}): loading a copy from memory");
     // SAFETY: as above; these are the checked bytes themselves, copied by wasmtime before use.
     unsafe { Module::deserialize(engine, checked) }.map_err(Distrust::Deserialize)
 }

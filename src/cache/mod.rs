@@ -21,6 +21,7 @@
 //! the same module side by side.
 
 mod load;
+pub mod shipped;
 pub(crate) mod trust;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -63,6 +64,8 @@ pub enum Prepared {
     Compiled(PathBuf),
     /// Compiled, but there is no usable cache directory.
     CompiledUncached,
+    /// Loaded from the compiled guest shipped beside the executable ([`shipped`]).
+    Shipped(PathBuf),
 }
 
 /// The default cache directory: `$SAFE_PYTHON_CACHE_DIR`, else the user's cache directory.
@@ -112,9 +115,10 @@ pub enum Wasm<'a> {
     Bytes(&'a [u8]),
 }
 
-/// Loads the compiled guest from `dir`, or compiles it (calling `on_compile` first, since that takes
-/// a while) and stores it there. An unusable or untrusted cache directory is not fatal: the module
-/// is then compiled in memory, with a warning.
+/// Loads the compiled guest shipped beside the executable (for the embedded guest, when there is
+/// one this engine can run), else from `dir`, or compiles it (calling `on_compile` first, since
+/// that takes a while) and stores it there. An unusable or untrusted cache directory is not fatal:
+/// the module is then compiled in memory, with a warning.
 pub fn load_or_compile(
     engine: &Engine,
     wasm: Wasm<'_>,
@@ -122,6 +126,11 @@ pub fn load_or_compile(
     dir: Option<&Path>,
     on_compile: &mut dyn FnMut(Option<&Path>),
 ) -> Result<(Module, Prepared), CacheError> {
+    if let Wasm::Embedded = wasm
+        && let Some((path, module)) = shipped::beside_exe(engine, wasm_sha256)
+    {
+        return Ok((module, Prepared::Shipped(path)));
+    }
     let mut compile = |entry: Option<&Path>| {
         on_compile(entry);
         match wasm {

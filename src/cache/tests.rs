@@ -1,6 +1,7 @@
 //! The cache's trust rules, each tried against the attack it stops.
 
 mod mapping;
+mod shipped;
 mod support;
 
 use super::*;

@@ -77,7 +77,9 @@ impl FirstRunNotice {
 fn ready(elapsed: Duration, prepared: &Prepared) -> String {
     let later = match prepared {
         Prepared::CompiledUncached => "it could not be cached",
-        Prepared::Compiled(_) | Prepared::Loaded(_) => "later runs start in milliseconds",
+        Prepared::Compiled(_) | Prepared::Loaded(_) | Prepared::Shipped(_) => {
+            "later runs start in milliseconds"
+        }
     };
     format!(
         "Python sandbox ready after {} s; {later}",

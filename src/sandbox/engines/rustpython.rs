@@ -167,6 +167,21 @@ impl Sandbox {
             guest,
         )
     }
+
+    /// The embedded guest compiled ahead of time for `target` (a Rust target triple), as
+    /// [`Sandbox::new`] runs it by default (fuel metering on), bound to that guest: the
+    /// [`cache::shipped`] module that release packages carry beside each platform's binaries.
+    pub fn precompile(target: &str) -> Result<Vec<u8>, SandboxError> {
+        let compile = |e| SandboxError::Cache(CacheError::Compile(e));
+        let wasm = embedded::wasm().map_err(|e| compile(wasmtime::Error::msg(e)))?;
+        cache::shipped::precompile(
+            engine::config_for(FEATURES, Metering::Fuel),
+            target,
+            &wasm,
+            embedded::SHA256,
+        )
+        .map_err(compile)
+    }
 }
 
 /// The engine without a pool.
