@@ -8,24 +8,33 @@
 #   OUTPUT  the bundle to write [default: target/mcpb/safe-python-executor-VERSION-PLATFORM-ARCH.mcpb,
 #           named as MCPB names them: PLATFORM darwin, linux or win32, ARCH x64 or arm64]
 #   MCPB    environment: the packer command [default: npx --yes @anthropic-ai/mcpb@2]
+#   MCPB_PLATFORM  environment: the binary's platform as PLATFORM-ARCH (e.g. win32-x64), for a
+#           binary built for another platform [default: this machine's]
 #
 # The binary embeds the guest, so the bundle is the binary and packaging/mcpb/manifest.json, stamped
-# with the one platform the binary runs on: a bundle built on Linux is for Linux. Smithery publishes
-# this bundle (smithery.yaml).
+# with the one platform the binary runs on. Smithery publishes this bundle (smithery.yaml).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-case "$(uname -s)" in
-  Linux) platform=linux exe= ;;
-  Darwin) platform=darwin exe= ;;
-  MINGW* | MSYS* | CYGWIN*) platform=win32 exe=.exe ;;
-  *) echo "pack-mcpb: unsupported platform $(uname -s)" >&2; exit 2 ;;
-esac
-
-case "$(uname -m)" in
-  x86_64 | amd64) arch=x64 ;;
-  aarch64 | arm64) arch=arm64 ;;
-  *) arch=$(uname -m) ;;
+if [[ -n ${MCPB_PLATFORM:-} ]]; then
+  platform=${MCPB_PLATFORM%-*} arch=${MCPB_PLATFORM#*-}
+else
+  case "$(uname -s)" in
+    Linux) platform=linux ;;
+    Darwin) platform=darwin ;;
+    MINGW* | MSYS* | CYGWIN*) platform=win32 ;;
+    *) echo "pack-mcpb: unsupported platform $(uname -s)" >&2; exit 2 ;;
+  esac
+  case "$(uname -m)" in
+    x86_64 | amd64) arch=x64 ;;
+    aarch64 | arm64) arch=arm64 ;;
+    *) arch=$(uname -m) ;;
+  esac
+fi
+case $platform in
+  linux | darwin) exe= ;;
+  win32) exe=.exe ;;
+  *) echo "pack-mcpb: unsupported platform $platform" >&2; exit 2 ;;
 esac
 
 binary=${1:-}
@@ -33,7 +42,7 @@ if [[ -z $binary ]]; then
   binary=$root/target/dist/safe-python-mcp$exe
   [[ -x $binary ]] || cargo build --profile dist --locked --bin safe-python-mcp --manifest-path "$root/Cargo.toml"
 fi
-[[ -x $binary ]] || { echo "pack-mcpb: no executable at $binary" >&2; exit 2; }
+[[ -f $binary ]] || { echo "pack-mcpb: no executable at $binary" >&2; exit 2; }
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)
 output=${2:-$root/target/mcpb/safe-python-executor-$version-$platform-$arch.mcpb}
