@@ -38,7 +38,7 @@ fn target_dir() -> PathBuf {
 }
 
 #[track_caller]
-fn run_ok(command: &mut Command) -> Output {
+pub(crate) fn run_ok(command: &mut Command) -> Output {
     let out = command
         .output()
         .unwrap_or_else(|e| panic!("{command:?}: {e}"));
@@ -758,22 +758,46 @@ fn the_bundles_privacy_policy_is_the_readmes_privacy_section() {
 
 #[test]
 fn readme_client_configs_start_the_server_with_flags_it_accepts() {
-    let mut servers = 0;
+    let mut launchers = Vec::new();
     for block in common::fenced_blocks(&read("README.md"), "json") {
         let config: Value = serde_json::from_str(&block)
             .unwrap_or_else(|e| panic!("a JSON block of the README does not parse: {e}\n{block}"));
         for (name, server) in config["mcpServers"].as_object().into_iter().flatten() {
             let context = format!("README server {name:?}");
-            let command = Path::new(server["command"].as_str().unwrap());
-            assert_eq!(command.file_name().unwrap(), SERVER, "{context}");
-            let mut args = strings(&server["args"]);
+            let command = server["command"].as_str().unwrap();
+            let (launcher, mut args) = server_args(command, strings(&server["args"]), &context);
+            launchers.push(launcher);
             args.extend(env_as_flags(json_env(&server["env"])));
             server_accepts(&args, &context);
-            servers += 1;
         }
     }
+    for launcher in ["uvx", "npx", "a path"] {
+        assert!(
+            launchers.contains(&launcher),
+            "the README shows no config that starts the server through {launcher}: {launchers:?}"
+        );
+    }
+}
+
+/// How a README config starts the server (`uvx` or `npx` with the package, or the binary's path)
+/// and the arguments that reach the server.
+#[track_caller]
+fn server_args(
+    command: &str,
+    args: Vec<String>,
+    context: &str,
+) -> (&'static str, Vec<String>) {
+    let (launcher, package) = match command {
+        "uvx" => ("uvx", &["safe-python-mcp"][..]),
+        "npx" => ("npx", &["-y", "safe-python-mcp"][..]),
+        path => {
+            assert_eq!(Path::new(path).file_name().unwrap(), SERVER, "{context}");
+            ("a path", &[][..])
+        }
+    };
     assert!(
-        servers >= 2,
-        "the README shows Claude Desktop's and Cursor's configs"
+        args.starts_with(&package.map(str::to_owned)),
+        "{context}: {command} should be given {package:?} first, not {args:?}"
     );
+    (launcher, args[package.len()..].to_vec())
 }
