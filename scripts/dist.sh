@@ -44,18 +44,29 @@ row() {
 rust_target() { row "$1" | cut -f2; }
 exe() { [[ $1 == win32-* ]] && echo .exe || true; }
 
+# Python 3: `python3`, or `python` where that is its name (Windows).
+python() {
+  local py
+  for py in python3 python; do
+    command -v "$py" > /dev/null && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 8))' &&
+      { "$py" "$@"; return; }
+  done
+  die "python 3.8 or newer is needed (maturin and zig come from PyPI, archives are zipped with it)"
+}
+
 # maturin and zig, pinned, in a venv of their own.
 tools() {
-  local want="maturin==1.16.0 ziglang==0.17.1"
-  if [[ ! -x $tools/bin/maturin || $(cat "$tools/pinned" 2>/dev/null) != "$want" ]]; then
-    command -v python3 > /dev/null || die "python3 is needed to install maturin and zig"
+  local want="maturin==1.16.0 ziglang==0.17.1" bin=$tools/bin
+  [[ -d $tools/Scripts ]] && bin=$tools/Scripts # a venv made on Windows
+  if [[ $(cat "$tools/pinned" 2>/dev/null) != "$want" ]]; then
     rm -rf "$tools"
-    python3 -m venv "$tools"
+    python -m venv "$tools"
+    [[ -d $tools/Scripts ]] && bin=$tools/Scripts
     # shellcheck disable=SC2086 # the pins are separate words
-    "$tools/bin/pip" install --quiet $want
+    "$bin/python" -m pip install --quiet $want
     echo "$want" > "$tools/pinned"
   fi
-  export PATH=$tools/bin:$PATH
+  export PATH=$bin:$PATH
 }
 
 # The compiled guest for $1's target, made once per build of this tree.
@@ -102,7 +113,7 @@ build() {
   cp "$bin/safe-python-mcp$x" "$bin/sandbox-run$x" "$guest" README.md "$dir/"
   if [[ -n $x ]]; then
     rm -f "$dist/$name.zip"
-    (cd "$stage" && zip -qr "$dist/$name.zip" "$name")
+    (cd "$stage" && python -m zipfile -c "$dist/$name.zip" "$name")
   else
     tar -C "$stage" -czf "$dist/$name.tar.gz" "$name"
   fi
@@ -118,8 +129,7 @@ finish() {
   cp -r packaging/npm/main "$dir"
   mkdir -p "$dist"
   (cd "$dir" && npm pack --silent --pack-destination "$dist" > /dev/null)
-  (cd "$dist" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | LC_ALL=C sort \
-    | xargs sha256sum > SHA256SUMS)
+  (cd "$dist" && rm -f SHA256SUMS && sha256sum -- * > SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)
   echo "dist: $dist"
   (cd "$dist" && ls -l)
 }

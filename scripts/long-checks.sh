@@ -9,10 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# What the release checks run the builds with (Debian packages): zip for the Windows archive, qemu
-# and the aarch64 C library for the Linux aarch64 build, mingw-w64 and wine for the Windows one.
+# What the release checks run the builds with (Debian packages): unzip for the wheels and the
+# Windows archive, qemu and the aarch64 C library for the Linux aarch64 build, mingw-w64 and wine
+# for the Windows one.
 need=()
-command -v zip > /dev/null || need+=(zip)
 command -v unzip > /dev/null || need+=(unzip)
 command -v qemu-aarch64-static > /dev/null || need+=(qemu-user-static)
 [[ -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 ]] || need+=(libc6-arm64-cross)

@@ -136,6 +136,18 @@ fn dist_builds_every_artifact_of_every_platform_built_here_with_their_sums() {
         }
     }
     artifact(&format!("safe-python-mcp-{VERSION}"), ".tgz");
+    // The Linux binaries run on glibc 2.28, as their wheels' tag says.
+    let work = common::temp_dir("glibc");
+    for (platform, target) in built_here() {
+        if !platform.starts_with("linux") {
+            continue;
+        }
+        let dir = unpacked_archive(&target, work.path());
+        for exe in ["safe-python-mcp", "sandbox-run"] {
+            let newest = newest_glibc(&dir.join(exe));
+            assert!(newest <= (2, 28), "{target} {exe} needs glibc {newest:?}");
+        }
+    }
     // Every file is summed, and every sum holds.
     let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
     let files = std::fs::read_dir(dist).unwrap().count() - 1;
@@ -145,6 +157,24 @@ fn dist_builds_every_artifact_of_every_platform_built_here_with_their_sums() {
             .args(["--check", "--strict", "SHA256SUMS"])
             .current_dir(dist),
     );
+}
+
+/// The newest glibc symbol version `exe` needs.
+fn newest_glibc(exe: &Path) -> (u32, u32) {
+    let out = run_ok(Command::new("readelf").args(["--dyn-syms", "--wide"]).arg(exe));
+    String::from_utf8_lossy(&out.stdout)
+        .split("GLIBC_")
+        .skip(1)
+        .filter_map(|rest| {
+            let version: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+            Some((parts.next()??, parts.next().flatten().unwrap_or(0)))
+        })
+        .max()
+        .expect("a dynamically linked executable names glibc versions")
 }
 
 #[test]

@@ -113,10 +113,31 @@ fn stand_in_dll(dir: &Path) {
     );
 }
 
+/// The DLLs `exe` imports, as its import table names them.
+fn imported_dlls(exe: &Path) -> Vec<String> {
+    let out = run_ok(Command::new("x86_64-w64-mingw32-objdump").arg("-p").arg(exe));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("DLL Name: "))
+        .map(str::to_owned)
+        .collect()
+}
+
 #[test]
 fn the_windows_build_runs_under_wine_loads_its_cache_and_its_shipped_guest() {
     let work = common::temp_dir("wine");
     let shipped = unpacked_archive(&target("win32-x64"), work.path());
+    // Only Windows' own DLLs: none of MinGW's runtime (libgcc_s, libwinpthread, libstdc++), which
+    // a user's machine does not have.
+    for exe in ["sandbox-run.exe", "safe-python-mcp.exe"] {
+        let dlls = imported_dlls(&shipped.join(exe));
+        assert!(!dlls.is_empty(), "{exe} imports nothing?");
+        let foreign: Vec<_> = dlls
+            .iter()
+            .filter(|d| d.to_ascii_lowercase().starts_with("lib"))
+            .collect();
+        assert!(foreign.is_empty(), "{exe} needs MinGW's {foreign:?}");
+    }
     stand_in_dll(&shipped);
     // The same binaries without the shipped guest: the first start compiles and caches it, the
     // second must load the cache (under wine, mapping it used to fail and every start compiled).

@@ -27,7 +27,7 @@ fn an_entry_that_cannot_be_mapped_is_loaded_from_memory_and_says_why() {
     assert!(
         copied
             .log
-            .contains("cannot map the cached module (mapping refused by a test)")
+            .contains("cannot map the compiled module (mapping refused by a test)")
             && copied.log.contains("loading a copy from memory"),
         "{}",
         copied.log
