@@ -27,6 +27,7 @@ mod mcp_files;
 mod plots;
 mod pool;
 mod readme;
+mod release_versions;
 mod scale;
 mod schema;
 mod semantics;
