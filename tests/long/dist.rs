@@ -325,7 +325,9 @@ fn the_npm_packages_install_into_an_empty_prefix_and_npx_starts_the_server() {
     let main = dist().join(format!("safe-python-mcp-{VERSION}.tgz"));
     run_ok(
         Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            // --offline: the other platforms' packages are not published yet; npm skips them as
+            // optional dependencies it cannot fetch, as it skips those of other platforms.
+            .args(["install", "--offline", "--no-audit", "--no-fund", "--prefix"])
             .arg(prefix)
             .arg(&platform)
             .arg(&main),
