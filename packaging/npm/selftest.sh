@@ -41,7 +41,7 @@ rc=0; out=$(npx --prefix "$tmp/full" sandbox-run -c 'print(1)') || rc=$?
 
 bin=$tmp/full/node_modules/.bin
 "$bin/safe-python-mcp" wait > "$tmp/out" & pid=$!
-for _ in {1..100}; do grep -q ready "$tmp/out" && break; sleep 0.1; done
+for _ in {1..100}; do grep -qs ready "$tmp/out" && break; sleep 0.1; done
 kill -TERM $pid
 rc=0; wait $pid || rc=$?
 [[ $rc == 7 ]] && grep -q TERM "$tmp/out" || fail "SIGTERM not forwarded: rc $rc, output: $(cat "$tmp/out")"
