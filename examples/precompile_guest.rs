@@ -19,7 +19,10 @@ fn main() -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let artifact =
         Sandbox::precompile(target).with_context(|| format!("compiling the guest for {target}"))?;
-    std::fs::write(output, &artifact).with_context(|| format!("writing {output}"))?;
+    // Renamed into place, so that an interrupted run leaves no partial file that looks finished.
+    let partial = format!("{output}.partial");
+    std::fs::write(&partial, &artifact).with_context(|| format!("writing {partial}"))?;
+    std::fs::rename(&partial, output).with_context(|| format!("renaming {partial}"))?;
     eprintln!(
         "precompile_guest: {output}: {} MB for {target} in {:.1} s",
         artifact.len() >> 20,

@@ -69,13 +69,16 @@ tools() {
   export PATH=$bin:$PATH
 }
 
-# The compiled guest for $1's target, made once per build of this tree.
+# The compiled guest for $1's target, made again only when the compiler (the example, which embeds
+# the guest and the engine's settings) is newer.
 precompile() {
-  local target out
+  local target out example=$root/target/debug/examples/precompile_guest
   target=$(rust_target "$1")
   out=$stage/guest/$target/safe-python-guest.cwasm
   mkdir -p "$(dirname "$out")"
-  cargo run --locked --example precompile_guest -- "$target" "$out" >&2
+  cargo build --locked --example precompile_guest >&2
+  [[ -f $example.exe ]] && example=$example.exe
+  [[ $out -nt $example ]] || "$example" "$target" "$out" >&2
   echo "$out"
 }
 
@@ -134,13 +137,37 @@ finish() {
   (cd "$dist" && ls -l)
 }
 
+# Writes $2, a C compiler for Rust target $1 made of zig's: the C that build scripts compile (ring,
+# blake3) needs one even under `cargo check`, and this machine has no macOS toolchain. cc-rs passes
+# Apple's `-arch`, which zig's driver refuses and the target already says.
+zig_cc() {
+  cat > "$2" <<EOF
+#!/usr/bin/env bash
+args=() skip=
+for a in "\$@"; do
+  if [[ -n \$skip ]]; then skip=; continue; fi
+  if [[ \$a == -arch ]]; then skip=1; continue; fi
+  args+=("\$a")
+done
+exec python -m ziglang cc -target ${1%%-*}-macos "\${args[@]}"
+EOF
+  chmod +x "$2"
+}
+
 check() {
-  local platform target
+  local platform target var wrappers=$stage/zig-cc
+  tools
+  mkdir -p "$wrappers"
+  printf '#!/usr/bin/env bash\nexec python -m ziglang ar "$@"\n' > "$wrappers/ar"
+  chmod +x "$wrappers/ar"
   for platform in "$@"; do
     target=$(rust_target "$platform")
     command -v rustup > /dev/null && rustup target add "$target" > /dev/null
+    var=${target//-/_}
+    zig_cc "$target" "$wrappers/cc-$target"
     echo "dist: cargo check --target $target"
-    cargo check --locked --release --target "$target" --bins
+    env "CC_$var=$wrappers/cc-$target" "AR_$var=$wrappers/ar" \
+      cargo check --locked --release --target "$target" --bins
   done
 }
 
