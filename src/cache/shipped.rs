@@ -48,7 +48,9 @@ pub fn precompile(
     wasm_sha256: &str,
 ) -> wasmtime::Result<Vec<u8>> {
     if wasm_sha256.len() != SHA256_HEX_LEN {
-        return Err(wasmtime::Error::msg(format!("not a SHA-256: {wasm_sha256:?}")));
+        return Err(wasmtime::Error::msg(format!(
+            "not a SHA-256: {wasm_sha256:?}"
+        )));
     }
     config.target(target)?;
     let mut artifact = Engine::new(&config)?.precompile_module(wasm)?;

@@ -64,7 +64,9 @@ pub(super) async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {
     );
     println!("ok: undoes a stopped call in a session");
     let cache = match sandbox.prepared() {
-        Prepared::Loaded(p) | Prepared::Compiled(p) | Prepared::Shipped(p) => p.display().to_string(),
+        Prepared::Loaded(p) | Prepared::Compiled(p) | Prepared::Shipped(p) => {
+            p.display().to_string()
+        }
         Prepared::CompiledUncached => "none".into(),
     };
     println!("safe-python-mcp: self-test passed (compiled sandbox: {cache})");

@@ -117,12 +117,20 @@ fn dist_builds_every_artifact_of_every_platform_built_here_with_their_sums() {
             (&archive, MAX_WHEEL_BYTES),
         ] {
             eprintln!("{}: {} MB", path.display(), size(path) / 1_000_000);
-            assert!(size(path) <= limit, "{} is over {limit} bytes", path.display());
+            assert!(
+                size(path) <= limit,
+                "{} is over {limit} bytes",
+                path.display()
+            );
         }
         // The wheel carries both binaries and the compiled guest beside them.
         let listing = run_ok(Command::new("unzip").arg("-l").arg(&wheel));
         let listing = String::from_utf8_lossy(&listing.stdout);
-        let exe = if platform.starts_with("win32") { ".exe" } else { "" };
+        let exe = if platform.starts_with("win32") {
+            ".exe"
+        } else {
+            ""
+        };
         for file in [
             format!("safe-python-mcp{exe}"),
             format!("sandbox-run{exe}"),
@@ -161,7 +169,11 @@ fn dist_builds_every_artifact_of_every_platform_built_here_with_their_sums() {
 
 /// The newest glibc symbol version `exe` needs.
 fn newest_glibc(exe: &Path) -> (u32, u32) {
-    let out = run_ok(Command::new("readelf").args(["--dyn-syms", "--wide"]).arg(exe));
+    let out = run_ok(
+        Command::new("readelf")
+            .args(["--dyn-syms", "--wide"])
+            .arg(exe),
+    );
     String::from_utf8_lossy(&out.stdout)
         .split("GLIBC_")
         .skip(1)
@@ -247,7 +259,10 @@ fn readme_uvx_args() -> Vec<String> {
         .iter()
         .filter_map(|block| serde_json::from_str::<serde_json::Value>(block).ok())
         .flat_map(|config| {
-            let servers = config["mcpServers"].as_object().cloned().unwrap_or_default();
+            let servers = config["mcpServers"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
             servers.into_values()
         })
         .find(|server| server["command"] == "uvx")
@@ -310,7 +325,13 @@ fn the_readmes_uvx_config_installs_the_wheel_and_answers_its_first_call_within_3
 
     // And the CLI without installing: `uvx --from safe-python-mcp sandbox-run`.
     let mut uvx = Command::new(uv_bin("uvx"));
-    uvx.args(["--from", "safe-python-mcp", "sandbox-run", "-c", "print(6 * 7)"]);
+    uvx.args([
+        "--from",
+        "safe-python-mcp",
+        "sandbox-run",
+        "-c",
+        "print(6 * 7)",
+    ]);
     fresh_uv(&mut uvx, home);
     let out = run_ok(&mut uvx);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
@@ -327,7 +348,13 @@ fn the_npm_packages_install_into_an_empty_prefix_and_npx_starts_the_server() {
         Command::new("npm")
             // --offline: the other platforms' packages are not published yet; npm skips them as
             // optional dependencies it cannot fetch, as it skips those of other platforms.
-            .args(["install", "--offline", "--no-audit", "--no-fund", "--prefix"])
+            .args([
+                "install",
+                "--offline",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+            ])
             .arg(prefix)
             .arg(&platform)
             .arg(&main),

@@ -115,7 +115,11 @@ fn stand_in_dll(dir: &Path) {
 
 /// The DLLs `exe` imports, as its import table names them.
 fn imported_dlls(exe: &Path) -> Vec<String> {
-    let out = run_ok(Command::new("x86_64-w64-mingw32-objdump").arg("-p").arg(exe));
+    let out = run_ok(
+        Command::new("x86_64-w64-mingw32-objdump")
+            .arg("-p")
+            .arg(exe),
+    );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.trim().strip_prefix("DLL Name: "))

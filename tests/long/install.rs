@@ -782,11 +782,7 @@ fn readme_client_configs_start_the_server_with_flags_it_accepts() {
 /// How a README config starts the server (`uvx` or `npx` with the package, or the binary's path)
 /// and the arguments that reach the server.
 #[track_caller]
-fn server_args(
-    command: &str,
-    args: Vec<String>,
-    context: &str,
-) -> (&'static str, Vec<String>) {
+fn server_args(command: &str, args: Vec<String>, context: &str) -> (&'static str, Vec<String>) {
     let (launcher, package) = match command {
         "uvx" => ("uvx", &["safe-python-mcp"][..]),
         "npx" => ("npx", &["-y", "safe-python-mcp"][..]),

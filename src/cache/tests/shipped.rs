@@ -55,7 +55,11 @@ fn a_module_compiled_for_this_target_and_guest_loads_on_a_native_engine() {
     assert!(module.is_some(), "the shipped module was not loaded");
     // The pooled engine the RustPython sandbox uses runs the same compiled code.
     let pooled = engine::pooled(Features::default(), Metering::Fuel, 2).unwrap();
-    assert!(ship("shipped-pooled", &host(), GUEST, &pooled).unwrap().is_some());
+    assert!(
+        ship("shipped-pooled", &host(), GUEST, &pooled)
+            .unwrap()
+            .is_some()
+    );
 }
 
 #[test]
@@ -100,7 +104,11 @@ fn a_file_without_the_trailer_or_truncated_is_refused_and_none_is_no_module() {
     let refused = load(&engine, &path, GUEST);
     assert!(matches!(refused, Err(Unusable::NoTrailer)), "{refused:?}");
     // The trailer of this guest on bytes that are no artifact.
-    fs::write(&path, [&b"not a module"[..], GUEST.as_bytes(), b"spx-shp1"].concat()).unwrap();
+    fs::write(
+        &path,
+        [&b"not a module"[..], GUEST.as_bytes(), b"spx-shp1"].concat(),
+    )
+    .unwrap();
     let refused = load(&engine, &path, GUEST);
     assert!(
         matches!(refused, Err(Unusable::Refused(Distrust::Deserialize(_)))),
