@@ -792,7 +792,10 @@ fn server_args(command: &str, args: Vec<String>, context: &str) -> (&'static str
         }
     };
     assert!(
-        args.starts_with(&package.map(str::to_owned)),
+        args.iter()
+            .map(String::as_str)
+            .take(package.len())
+            .eq(package.iter().copied()),
         "{context}: {command} should be given {package:?} first, not {args:?}"
     );
     (launcher, args[package.len()..].to_vec())
