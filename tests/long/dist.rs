@@ -218,8 +218,12 @@ fn cargo_binstall_metadata_names_the_archives_dist_builds() {
 /// Starts `server` as an MCP client does, calls `run_python`, and returns the reply's text and
 /// how long it took from the start of the process.
 fn first_result(server: Command) -> (String, Duration) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let started = Instant::now();
-    common::runtime().block_on(async {
+    runtime.block_on(async {
         let client = connect((), server).await;
         let reply = client
             .call_tool(run_python("print(2**100)", None))
