@@ -22,4 +22,5 @@ if [[ ${#need[@]} -gt 0 ]]; then
   apt-get update && apt-get install -y --no-install-recommends "${need[@]}"
 fi
 
-cargo test --locked --test long -- --test-threads=1 "$@"
+# --nocapture: the checks print their figures (sizes, first-result times), which CI's log keeps.
+cargo test --locked --test long -- --test-threads=1 --nocapture "$@"
