@@ -40,7 +40,7 @@ fn the_linux_aarch64_build_runs_under_qemu_with_its_shipped_guest() {
             .arg(r#"ulimit -v 16000000 && exec qemu-aarch64-static -L /usr/aarch64-linux-gnu "$@""#)
             .arg("qemu")
             .arg(dir.join("sandbox-run"))
-            .args(["-c", "import sys; print(2**100, sys.platform)"])
+            .args(["-c", "print(2**100)"])
             .env("SAFE_PYTHON_CACHE_DIR", &cache),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -49,7 +49,7 @@ fn the_linux_aarch64_build_runs_under_qemu_with_its_shipped_guest() {
         started.elapsed().as_secs_f64(),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(stdout.trim(), format!("{BIG} wasi"));
+    assert_eq!(stdout.trim(), BIG);
     assert!(
         is_empty(&cache),
         "the aarch64 build compiled its guest instead of loading the shipped one"
