@@ -139,7 +139,7 @@ finish() {
 
 # Writes $2, a C compiler for Rust target $1 made of zig's: the C that build scripts compile (ring,
 # blake3) needs one even under `cargo check`, and this machine has no macOS toolchain. cc-rs passes
-# Apple's `-arch`, which zig's driver refuses and the target already says.
+# Apple's `-arch` and clang's `--target=`, which zig's driver refuses; zig's `-target` says both.
 zig_cc() {
   cat > "$2" <<EOF
 #!/usr/bin/env bash
@@ -147,6 +147,7 @@ args=() skip=
 for a in "\$@"; do
   if [[ -n \$skip ]]; then skip=; continue; fi
   if [[ \$a == -arch ]]; then skip=1; continue; fi
+  if [[ \$a == --target=* ]]; then continue; fi
   args+=("\$a")
 done
 exec python -m ziglang cc -target ${1%%-*}-macos "\${args[@]}"
