@@ -5,7 +5,7 @@
 
 use crate::common;
 use crate::common::client::{connect, run_python, text};
-use crate::install::run_ok;
+use crate::install::{read, run_ok, strings};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,8 +25,7 @@ const FIRST_RESULT: Duration = Duration::from_secs(3);
 /// The platforms of packaging/targets.tsv that `scripts/dist.sh` builds on this machine, with their
 /// Rust targets.
 pub fn built_here() -> Vec<(String, String)> {
-    std::fs::read_to_string(Path::new(ROOT).join("packaging/targets.tsv"))
-        .unwrap()
+    read("packaging/targets.tsv")
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| l.split('\t').collect::<Vec<_>>())
@@ -191,7 +190,7 @@ fn newest_glibc(exe: &Path) -> (u32, u32) {
 
 #[test]
 fn cargo_binstall_metadata_names_the_archives_dist_builds() {
-    let manifest = std::fs::read_to_string(Path::new(ROOT).join("Cargo.toml")).unwrap();
+    let manifest = read("Cargo.toml");
     let pkg_url = manifest
         .lines()
         .find_map(|l| l.strip_prefix("pkg-url = \""))
@@ -235,14 +234,18 @@ fn first_result(server: Command) -> (String, Duration) {
     })
 }
 
+/// Whether `dir` is empty or missing: a fresh module cache stays so when the shipped guest is used.
+pub fn is_empty(dir: &Path) -> bool {
+    std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none())
+}
+
 /// A fresh, empty cache for the server, which must stay empty: the shipped guest needs none.
+#[track_caller]
 fn assert_untouched(cache: &Path) {
-    let left: Vec<_> = std::fs::read_dir(cache)
-        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
-        .unwrap_or_default();
     assert!(
-        left.is_empty(),
-        "the server compiled the guest instead of loading the shipped one: {left:?}"
+        is_empty(cache),
+        "the server compiled the guest instead of loading the shipped one into {}",
+        cache.display()
     );
 }
 
@@ -258,8 +261,7 @@ fn uv_bin(name: &str) -> PathBuf {
 
 /// The README's `uvx` client configuration: its command's arguments.
 fn readme_uvx_args() -> Vec<String> {
-    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).unwrap();
-    common::fenced_blocks(&readme, "json")
+    common::fenced_blocks(&read("README.md"), "json")
         .iter()
         .filter_map(|block| serde_json::from_str::<serde_json::Value>(block).ok())
         .flat_map(|config| {
@@ -270,14 +272,7 @@ fn readme_uvx_args() -> Vec<String> {
             servers.into_values()
         })
         .find(|server| server["command"] == "uvx")
-        .map(|server| {
-            server["args"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|a| a.as_str().unwrap().to_owned())
-                .collect()
-        })
+        .map(|server| strings(&server["args"]))
         .expect("the README shows a uvx configuration")
 }
 

@@ -3,7 +3,7 @@
 //! wine 8. Each must run code with its shipped compiled guest, compiling nothing.
 
 use crate::common;
-use crate::dist::{built_here, unpacked_archive};
+use crate::dist::{built_here, is_empty, unpacked_archive};
 use crate::install::run_ok;
 
 use std::path::Path;
@@ -20,10 +20,6 @@ fn target(platform: &str) -> String {
         .find(|(p, _)| p == platform)
         .unwrap_or_else(|| panic!("scripts/dist.sh does not build {platform} here"))
         .1
-}
-
-fn is_empty(dir: &Path) -> bool {
-    std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none())
 }
 
 #[test]

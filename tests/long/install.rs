@@ -26,7 +26,7 @@ const SERVER: &str = "safe-python-mcp";
 /// The largest bundle Smithery accepts.
 const MAX_BUNDLE_BYTES: u64 = 25_000_000;
 
-fn read(path: &str) -> String {
+pub(crate) fn read(path: &str) -> String {
     std::fs::read_to_string(Path::new(ROOT).join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -52,7 +52,7 @@ pub(crate) fn run_ok(command: &mut Command) -> Output {
     out
 }
 
-fn strings(value: &Value) -> Vec<String> {
+pub(crate) fn strings(value: &Value) -> Vec<String> {
     value
         .as_array()
         .map(|items| {
