@@ -105,6 +105,8 @@ impl SandboxFlags {
             policy: Arc::new(self.policy()),
             observer: None,
             files: None,
+            tools: None,
+            on_tool_call: None,
         }
     }
 

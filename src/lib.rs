@@ -2,7 +2,8 @@
 //! wasmtime, with hard limits on time, instructions, memory and output.
 //!
 //! The data path, each module using only those before it:
-//! [`limits`] (what a run may use) and [`policy`] (what it may import) → [`engine`] (wasmtime's
+//! [`limits`] (what a run may use), [`policy`] (what it may import) and [`toolcalls`] (which
+//! upstream MCP tools it may call, in code mode) → [`engine`] (wasmtime's
 //! configuration and epoch ticker) + `embedded` (the guest artifact) + [`cache`] (the compiled
 //! guest on disk) → [`sandbox`] (loading and linking; the host side of the protocol; one instance
 //! and its call; each Python engine in a module of its own under [`sandbox::engines`], behind one
@@ -37,6 +38,7 @@ pub mod output;
 pub mod policy;
 pub mod sandbox;
 pub mod session;
+pub mod toolcalls;
 pub(crate) mod vfs;
 
 pub use cache::Prepared;
@@ -50,3 +52,4 @@ pub use sandbox::{
     TemplateInfo, template_preloads,
 };
 pub use session::{Session, SessionRun};
+pub use toolcalls::ToolCallRecord;

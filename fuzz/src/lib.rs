@@ -559,6 +559,7 @@ pub fn hostile_guest(data: &[u8]) -> RunResult {
         policy: Arc::new(ImportPolicy::default()),
         observer: None,
         files: None,
+        ..RunOptions::default()
     };
     // Compiled once, before the clock starts: under a loaded test suite the first compile waits
     // behind other tests' and would count against the run's bound.

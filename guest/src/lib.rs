@@ -15,7 +15,7 @@ use std::collections::HashSet;
 
 use ruff_source_file::SourceFileBuilder;
 use rustpython::vm::builtins::{
-    PyBaseExceptionRef, PyClassMethod, PyCode, PyDict, PyFunction, PyList, PyModule,
+    PyBaseExceptionRef, PyBytes, PyClassMethod, PyCode, PyDict, PyFunction, PyList, PyModule,
     PyStaticMethod, PyStr, PyTuple, PyType,
 };
 use rustpython::vm::bytecode::CodeFlags;
@@ -35,16 +35,18 @@ mod last_value;
 mod random;
 use last_value::{Plan, Reading};
 
-#[link(wasm_import_module = "safe_python_v3")]
+#[link(wasm_import_module = "safe_python_v4")]
 unsafe extern "C" {
     fn request_len() -> i32;
     fn request_read(ptr: *mut u8);
     fn import_allowed(name_ptr: *const u8, name_len: i32) -> i32;
     fn report(ptr: *const u8, len: i32);
+    fn service_call(ptr: *const u8, len: i32) -> i32;
+    fn service_answer(ptr: *mut u8);
 }
 
 // The literal in `#[link]` cannot name the constant: keep the two in step at compile time.
-const _: () = assert!(eq(protocol::IMPORT_MODULE.as_bytes(), b"safe_python_v3"));
+const _: () = assert!(eq(protocol::IMPORT_MODULE.as_bytes(), b"safe_python_v4"));
 const fn eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
@@ -651,7 +653,10 @@ fn checked_import(args: &FuncArgs, vm: &VirtualMachine) -> PyResult<FuncArgs> {
     } else {
         name
     };
-    if !host_allows(handed) {
+    let answer = host_answer(handed);
+    if answer == protocol::HOST_MODULE {
+        load_host_module(handed, vm)?;
+    } else if answer != protocol::ALLOWED {
         let allowed = REQUEST.with(|r| r.borrow().as_ref().map(|r| r.allowed.join(", ")));
         let msg = format!(
             "import of '{handed}' is not allowed in this sandbox (allowed: {})",
@@ -669,9 +674,62 @@ fn checked_import(args: &FuncArgs, vm: &VirtualMachine) -> PyResult<FuncArgs> {
     ]))
 }
 
-fn host_allows(name: &str) -> bool {
+/// The host's answer about importing `name`: [`protocol::ALLOWED`], [`protocol::HOST_MODULE`],
+/// or a refusal.
+fn host_answer(name: &str) -> i32 {
     // SAFETY: the host reads `name.len()` bytes from a live buffer; it copies and keeps nothing.
-    unsafe { import_allowed(name.as_ptr(), name.len() as i32) == 1 }
+    unsafe { import_allowed(name.as_ptr(), name.len() as i32) }
+}
+
+/// Sends a service frame and returns the host's answer, or `None` if it refused the frame.
+fn service(frame: &[u8]) -> Option<Vec<u8>> {
+    let len = i32::try_from(frame.len()).ok()?;
+    // SAFETY: the host reads `len` bytes from a live buffer; it copies and keeps nothing.
+    let answer_len = usize::try_from(unsafe { service_call(frame.as_ptr(), len) }).ok()?;
+    let mut answer = vec![0u8; answer_len];
+    // SAFETY: the host writes exactly the answer's length, which `answer` holds.
+    unsafe { service_answer(answer.as_mut_ptr()) };
+    Some(answer)
+}
+
+/// Makes the module `name` that the host provides, unless it is loaded: its source, from the
+/// host, runs as trusted code in a new module whose `_service` global sends service frames
+/// (`_service(frame: bytes) -> bytes`, `OSError` if the host refuses one).
+fn load_host_module(name: &str, vm: &VirtualMachine) -> PyResult<()> {
+    let modules = vm.sys_module.get_attr("modules", vm)?;
+    if modules.get_item(name, vm).is_ok() {
+        return Ok(());
+    }
+    let mut frame = vec![protocol::service::MODULE_SOURCE];
+    frame.extend_from_slice(name.as_bytes());
+    let source = service(&frame)
+        .and_then(|s| String::from_utf8(s).ok())
+        .ok_or_else(|| import_error(vm, format!("the host did not provide '{name}'"), name))?;
+    let filename = format!("<sandbox {name}>");
+    let code = vm
+        .builtins
+        .get_attr("compile", vm)?
+        .call((source, filename, "exec"), vm)?
+        .downcast::<PyCode>()
+        .map_err(|_| vm.new_type_error("compile() did not return code"))?;
+    TRUST.with(|t| t.borrow_mut().add_code(code.clone(), vm));
+    let send = vm.new_function(
+        "_service",
+        |frame: PyRef<PyBytes>, vm: &VirtualMachine| -> PyResult<PyRef<PyBytes>> {
+            service(frame.as_bytes())
+                .map(|answer| vm.ctx.new_bytes(answer))
+                .ok_or_else(|| vm.new_os_error("the host refused this frame"))
+        },
+    );
+    let globals = vm.ctx.new_dict();
+    globals.set_item("_service", send.into(), vm)?;
+    let module = vm.new_module(name, globals.clone(), None);
+    modules.set_item(name, module.clone().into(), vm)?;
+    if let Err(e) = vm.run_code_obj(code, Scope::with_builtins(None, globals, vm)) {
+        let _ = modules.del_item(name, vm);
+        return Err(e);
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -883,7 +941,7 @@ impl Driver {
     /// The event loop that runs code with a top-level `await`, which needs asyncio to be allowed,
     /// as it would be for `asyncio.run`.
     fn event_loop(&self, vm: &VirtualMachine) -> PyResult {
-        if !host_allows("asyncio") {
+        if host_answer("asyncio") != protocol::ALLOWED {
             let allowed = REQUEST.with(|r| r.borrow().as_ref().map(|r| r.allowed.join(", ")));
             return Err(vm.new_exception_msg(
                 vm.ctx.exceptions.syntax_error.to_owned(),

@@ -18,10 +18,19 @@
 //! 5. For every import made by user code the guest calls [`imports::IMPORT_ALLOWED`]
 //!    `(name_ptr: i32, name_len: i32) -> i32` with the module name, in UTF-8, of what the import
 //!    hands to user code: `import a.b` binds `a`, so the guest asks about `a`; `from a.b import x`
-//!    returns `a.b`, so it asks about `a.b`. `1` allows it, anything else refuses it (the guest then
-//!    raises `ImportError`). The guest refuses names that fail [`is_module_name`] itself, without
-//!    asking; the host answers "refused" for any name it cannot read.
-//! 6. At the end the guest calls [`imports::REPORT`] `(ptr: i32, len: i32) -> ()` once with a
+//!    returns `a.b`, so it asks about `a.b`. [`ALLOWED`] allows it; [`HOST_MODULE`] allows it and
+//!    says the host provides the module: unless it is loaded already, the guest fetches its source
+//!    with a [`service::MODULE_SOURCE`] frame and runs it as a new module, as trusted as the
+//!    standard library, with the function that sends service frames as its global `_service`.
+//!    Anything else refuses it (the guest then raises `ImportError`). The guest refuses names that
+//!    fail [`is_module_name`] itself, without asking; the host answers "refused" for any name it
+//!    cannot read.
+//! 6. While the code runs, the guest may send [`service`] frames (code mode's tool calls): it
+//!    calls [`imports::SERVICE_CALL`] `(ptr: i32, len: i32) -> i32` with the frame; the host
+//!    answers with the answer's length, or `-1` to refuse the frame, and the guest, having
+//!    allocated that many bytes, fetches the answer with [`imports::SERVICE_ANSWER`]
+//!    `(ptr: i32) -> ()`. A frame is at most [`service::MAX_FRAME_BYTES`] long.
+//! 7. At the end the guest calls [`imports::REPORT`] `(ptr: i32, len: i32) -> ()` once with a
 //!    JSON-encoded [`Report`], then returns from [`exports::RUN`]. Each text field of the report
 //!    is at most [`Request::max_field_bytes`] bytes once JSON-escaped (the guest cuts it, with a
 //!    notice), so the host accepts at most [`report_limit`] bytes; a larger report ends the run as
@@ -47,9 +56,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The wasm import module that holds the host functions of this protocol version (3). Bump the
+/// The wasm import module that holds the host functions of this protocol version (4). Bump the
 /// version in its name on any incompatible change.
-pub const IMPORT_MODULE: &str = "safe_python_v3";
+pub const IMPORT_MODULE: &str = "safe_python_v4";
 
 /// Names of the functions the host provides in [`IMPORT_MODULE`].
 pub mod imports {
@@ -57,6 +66,40 @@ pub mod imports {
     pub const REQUEST_READ: &str = "request_read";
     pub const IMPORT_ALLOWED: &str = "import_allowed";
     pub const REPORT: &str = "report";
+    pub const SERVICE_CALL: &str = "service_call";
+    pub const SERVICE_ANSWER: &str = "service_answer";
+}
+
+/// [`imports::IMPORT_ALLOWED`]'s answer for a module the guest has.
+pub const ALLOWED: i32 = 1;
+/// [`imports::IMPORT_ALLOWED`]'s answer for a module the host provides.
+pub const HOST_MODULE: i32 = 2;
+
+/// The frames a guest sends while code runs, for services the host provides: one opcode byte,
+/// then the payload. The CPython engine's driver sends the same frames through its own door.
+/// The host trusts nothing in them: every field is checked, and a frame it cannot accept gets an
+/// error answer that the guest raises as a Python exception.
+///
+/// Code mode (`tools.py`, the module the host provides as `tools`):
+/// - [`TOOL_LIST`](service::TOOL_LIST), no payload: the tools code may call, as JSON
+///   `{"servers": [{"name", "id", "error"?, "tools": [{"name", "id", "signature", "description",
+///   "input_schema"}]}]}`, where `id` is the Python identifier of a name.
+/// - [`TOOL_START`](service::TOOL_START), payload `{"server", "tool", "arguments": {...}}`:
+///   starts a call and answers `{"id": N}`, or `{"error": {"kind", "message"}}` when the call is
+///   refused (`kind`: `refused`, `budget`, `invalid`).
+/// - [`TOOL_WAIT`](service::TOOL_WAIT), payload `{"ids": [N, ...], "timeout": SECONDS | null}`:
+///   waits until at least one of those calls has finished, or the timeout, and answers `{"done":
+///   [...]}`, one entry per finished call among `ids`: `{"id", "is_error", "structured",
+///   "content"}` (the tool's result, MCP's JSON), or `{"id", "error": {"kind", "message"}}`
+///   (`kind`: `unavailable`, `failed`, `too_large`, `invalid`).
+pub mod service {
+    /// Payload: a module name; answer: that module's Python source, in UTF-8.
+    pub const MODULE_SOURCE: u8 = b'M';
+    pub const TOOL_LIST: u8 = b'L';
+    pub const TOOL_START: u8 = b'T';
+    pub const TOOL_WAIT: u8 = b'W';
+    /// The longest frame the host reads: a tool's arguments are at most this, JSON-encoded.
+    pub const MAX_FRAME_BYTES: u32 = 1 << 20;
 }
 
 /// Names of the functions the guest exports.

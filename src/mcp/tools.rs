@@ -275,6 +275,7 @@ mod tests {
             images: Vec::new(),
             images_left_out: 0,
             files: Vec::new(),
+            tool_calls: Vec::new(),
         };
         result.bound(max_output);
         let session = SessionReport {
@@ -313,6 +314,7 @@ mod tests {
             }],
             images_left_out: 2,
             files: Vec::new(),
+            tool_calls: Vec::new(),
         };
         let reply =
             serde_json::to_value(run_reply(&result, None, &ImportPolicy::default())).unwrap();

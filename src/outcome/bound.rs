@@ -242,6 +242,7 @@ mod tests {
             images: Vec::new(),
             images_left_out: 0,
             files: Vec::new(),
+            tool_calls: Vec::new(),
         }
     }
 
@@ -282,6 +283,7 @@ mod tests {
             images: Vec::new(),
             images_left_out: 0,
             files: Vec::new(),
+            tool_calls: Vec::new(),
         };
         let before = result.clone();
         result.bound(100);

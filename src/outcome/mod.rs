@@ -13,6 +13,8 @@ pub use image::{
 };
 pub use safe_python_protocol::PythonError;
 
+use crate::toolcalls::ToolCallRecord;
+
 mod bound;
 pub mod classify;
 mod files;
@@ -100,6 +102,8 @@ pub struct RunResult {
     pub images_left_out: usize,
     /// The files the code wrote under `/out`, in path order (calls given files only).
     pub files: Vec<OutputFile>,
+    /// The upstream tools the code called (code mode), in the order it called them.
+    pub tool_calls: Vec<ToolCallRecord>,
 }
 
 impl RunResult {
@@ -156,7 +160,22 @@ pub struct RunReport {
     /// The files the code wrote under `/out`, without their bytes; left out when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<OutputFileInfo>,
+    /// The upstream tools the code called (code mode); left out when none. A call that was
+    /// rolled back with its session's state still happened upstream: this says which ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<ToolCalls>,
 }
+
+/// How many tool calls a run made, and the first [`MAX_LISTED_TOOL_CALLS`] of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ToolCalls {
+    pub count: usize,
+    /// The calls in the order they were made, at most [`MAX_LISTED_TOOL_CALLS`].
+    pub calls: Vec<ToolCallRecord>,
+}
+
+/// The most tool calls a report lists, so that a run making many stays a small reply.
+pub const MAX_LISTED_TOOL_CALLS: usize = 50;
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
@@ -182,6 +201,15 @@ impl RunResult {
             images: self.images.iter().map(Image::info).collect(),
             images_left_out: self.images_left_out,
             files: self.files.iter().map(OutputFile::info).collect(),
+            tool_calls: (!self.tool_calls.is_empty()).then(|| ToolCalls {
+                count: self.tool_calls.len(),
+                calls: self
+                    .tool_calls
+                    .iter()
+                    .take(MAX_LISTED_TOOL_CALLS)
+                    .cloned()
+                    .collect(),
+            }),
         }
     }
 }

@@ -15,6 +15,8 @@ use crate::outcome::ImageCollector;
 use crate::outcome::classify::HostRecords;
 use crate::output::{OutputSink, Stream};
 use crate::policy::ImportPolicy;
+use crate::sandbox::service::TOOLS_MODULE;
+use crate::toolcalls::calls::RunCalls;
 use crate::vfs::{Dir, Files};
 
 pub(crate) struct HostState {
@@ -41,6 +43,10 @@ pub(crate) struct HostState {
     pub(super) protocol_fault: Option<String>,
     /// The figures the CPython driver sent this call, within their bounds.
     pub(super) images: ImageCollector,
+    /// This call's tool calls (code mode).
+    pub(super) calls: RunCalls,
+    /// The answer to the RustPython guest's last service frame, until it fetches it.
+    pub(super) service_answer: Vec<u8>,
 }
 
 impl HostState {
@@ -68,14 +74,20 @@ impl HostState {
             report_too_large: None,
             protocol_fault: None,
             images: ImageCollector::default(),
+            calls: RunCalls::default(),
+            service_answer: Vec::new(),
         }
     }
 
-    /// Whether user code may import `name` (raw bytes from the guest): a module name, in UTF-8,
-    /// that the policy allows.
-    pub(super) fn import_allowed(&self, name: &[u8]) -> bool {
-        std::str::from_utf8(name)
-            .is_ok_and(|n| protocol::is_module_name(n) && self.policy.allows(n))
+    /// Whether user code may import `name` (raw bytes from the guest), as the protocol answers
+    /// it: [`protocol::HOST_MODULE`] for `tools` when the call has upstreams, [`protocol::ALLOWED`]
+    /// for a module name, in UTF-8, that the policy allows, and 0 otherwise.
+    pub(super) fn import_answer(&self, name: &[u8]) -> i32 {
+        match std::str::from_utf8(name) {
+            Ok(n) if n == TOOLS_MODULE && self.calls.enabled() => protocol::HOST_MODULE,
+            Ok(n) if protocol::is_module_name(n) && self.policy.allows(n) => protocol::ALLOWED,
+            _ => 0,
+        }
     }
 
     /// Whether a report of `len` bytes is to be read. A second report is a protocol fault and
@@ -231,19 +243,19 @@ pub(super) fn add_wasi_overrides_to_linker(linker: &mut Linker<HostState>) -> wa
     Ok(())
 }
 
-/// Whether user code may import the module named by the `len` bytes at `ptr`: both engines' way
-/// of asking. A name too long to be one is refused unread: an `ImportError` for the code, not a
-/// trap.
+/// Whether user code may import the module named by the `len` bytes at `ptr` (see
+/// [`HostState::import_answer`]): both engines' way of asking. A name too long to be one is
+/// refused unread: an `ImportError` for the code, not a trap.
 pub(super) fn ask_import(
     caller: &mut Caller<'_, HostState>,
     ptr: i32,
     len: i32,
-) -> wasmtime::Result<bool> {
+) -> wasmtime::Result<i32> {
     if !u32::try_from(len).is_ok_and(|l| l <= protocol::MAX_MODULE_NAME_BYTES) {
-        return Ok(false);
+        return Ok(0);
     }
     let name = read_guest(caller, ptr, len, protocol::MAX_MODULE_NAME_BYTES)?;
-    Ok(caller.data().import_allowed(&name))
+    Ok(caller.data().import_answer(&name))
 }
 
 /// Keeps the report of `len` bytes at `ptr`, if it fits the call's limit: both engines' way of

@@ -12,6 +12,7 @@ use super::pool::Allocation;
 use super::{BoxFuture, RunOptions, Sandbox, SandboxError};
 use crate::engine::{self, Metering};
 use crate::outcome::{ImageCollector, Limit, Outcome, RunResult, Stats, classify};
+use crate::toolcalls::calls::RunCalls;
 
 /// An instance of the guest in a store of its own. A fresh run uses one for one call; a session
 /// keeps one for many. It is instantiated by its first call, within that call's time limit.
@@ -214,6 +215,14 @@ impl Instance {
         state.report_too_large = None;
         state.protocol_fault = None;
         state.images = ImageCollector::default();
+        // Calls still in flight when this future is dropped (a cancelled call) end with it.
+        let (_run_alive, run_life) = tokio::sync::watch::channel(());
+        state.calls = RunCalls::new(
+            options.tools.clone(),
+            limits.max_output_bytes,
+            options.on_tool_call.clone(),
+            run_life,
+        );
         state.deadline = Instant::now() + limits.timeout;
         let max = limits.memory_bytes.saturating_sub(state.input_bytes);
         let written = match state.files.folder_mut() {
@@ -246,6 +255,7 @@ impl Instance {
             _ => 0,
         };
         let (images, images_left_out) = self.store.data_mut().images.take();
+        let tool_calls = self.store.data_mut().calls.take_records();
         let state = self.store.data();
         let (outcome, broken) = match ended {
             Err(_elapsed) => (
@@ -271,6 +281,7 @@ impl Instance {
             images,
             images_left_out,
             files: Vec::new(),
+            tool_calls,
         };
         // The report and the output came from the guest: cut them to size here, whatever it sent.
         result.bound(limits.max_output_bytes);

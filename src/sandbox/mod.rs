@@ -21,6 +21,7 @@ mod mount;
 pub(crate) mod pagemap;
 mod pool;
 pub(crate) mod scan_flag;
+mod service;
 pub(crate) mod snapshot;
 mod template;
 
@@ -40,6 +41,7 @@ use crate::limits::Limits;
 use crate::outcome::RunResult;
 use crate::output::OutputObserver;
 use crate::policy::ImportPolicy;
+use crate::toolcalls::{ToolAccess, ToolCallObserver};
 use crate::vfs::Dir;
 pub use engines::{About, EngineKind, Setup, template_preloads};
 use files::InputFiles;
@@ -118,6 +120,10 @@ pub struct RunOptions {
     /// serves these read-only under `/data` and lets the code write under `/out`, whose files
     /// come back in [`RunResult::files`]. In a session, they are added to the session's.
     pub files: Option<InputFiles>,
+    /// The upstream tools the code may call (code mode); `None`: `import tools` is refused.
+    pub tools: Option<ToolAccess>,
+    /// Told about each tool call as it finishes.
+    pub on_tool_call: Option<ToolCallObserver>,
 }
 
 /// A future the sandbox awaits on an engine's behalf.

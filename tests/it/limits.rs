@@ -27,6 +27,7 @@ fn assert_limit_allowing(code: &str, limits: Limits, allow: &[&str], expected: L
         policy: Arc::new(ImportPolicy::with_extra(allow)),
         observer: None,
         files: None,
+        ..RunOptions::default()
     };
     let r = run_with(code, &options);
     let took = started.elapsed();

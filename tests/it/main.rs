@@ -11,6 +11,7 @@ mod adversarial;
 mod asyncio;
 mod cancel;
 mod cli;
+mod code_mode;
 mod corpus;
 mod cpython;
 mod defaults;

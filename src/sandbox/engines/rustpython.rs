@@ -14,8 +14,9 @@ use crate::cache::{self, CacheError, Prepared, Wasm};
 use crate::embedded;
 use crate::engine::{self, Features, Metering};
 use crate::policy::ImportPolicy;
-use crate::sandbox::host::{HostState, ask_import, memory, take_report};
+use crate::sandbox::host::{HostState, ask_import, memory, read_guest, take_report};
 use crate::sandbox::pool::Pool;
+use crate::sandbox::service;
 use crate::sandbox::{
     BoxFuture, Entry, Guest, Preparation, Sandbox, SandboxError, SandboxOptions, instance_pre,
 };
@@ -232,15 +233,46 @@ fn add_protocol_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()
     linker.func_wrap(
         M,
         imports::IMPORT_ALLOWED,
-        |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
-            Ok(i32::from(ask_import(&mut caller, ptr, len)?))
-        },
+        |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| ask_import(&mut caller, ptr, len),
     )?;
     linker.func_wrap(
         M,
         imports::REPORT,
         |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
             take_report(&mut caller, ptr, len);
+            Ok(())
+        },
+    )?;
+    linker.func_wrap_async(
+        M,
+        imports::SERVICE_CALL,
+        |mut caller: Caller<'_, HostState>, (ptr, len): (i32, i32)| {
+            Box::new(async move {
+                // An empty frame has no opcode: refused, as any frame the host cannot answer.
+                let Some(payload_len) = u32::try_from(len).ok().and_then(|l| l.checked_sub(1))
+                else {
+                    return Ok(-1);
+                };
+                let op = read_guest(&mut caller, ptr, 1, 1)?[0];
+                let payload = (ptr as u32).wrapping_add(1) as i32;
+                let answer = service::answer(&mut caller, op, payload, payload_len).await?;
+                Ok(match answer {
+                    Some(answer) => {
+                        let len = i32::try_from(answer.len()).unwrap_or(-1);
+                        caller.data_mut().service_answer = answer;
+                        len
+                    }
+                    None => -1,
+                })
+            })
+        },
+    )?;
+    linker.func_wrap(
+        M,
+        imports::SERVICE_ANSWER,
+        |mut caller: Caller<'_, HostState>, ptr: i32| {
+            let answer = std::mem::take(&mut caller.data_mut().service_answer);
+            memory(&mut caller)?.write(&mut caller, ptr as u32 as usize, &answer)?;
             Ok(())
         },
     )?;

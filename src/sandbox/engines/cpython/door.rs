@@ -8,7 +8,8 @@
 //! [`RUN_TURN`]. The driver takes the same steps as the RustPython guest, one frame each (an
 //! opcode byte, then its payload): it fetches the `Request`, asks about each import user code
 //! makes, sends each figure matplotlib holds (as a PNG, which only this engine can draw), and
-//! sends its `Report`. The host answers from the same state, with the same rules and bounds, as
+//! sends its `Report`. It also sends the service frames of `safe_python_protocol::service` (code
+//! mode's tool calls), which [`crate::sandbox::service`] answers for both engines. The host answers from the same state, with the same rules and bounds, as
 //! the RustPython guest's imports ([`crate::sandbox::host`]); figures it keeps within the bounds of
 //! [`crate::outcome::ImageCollector`]. The driver ships with the host, so the two always match:
 //! this module is that protocol's one place.
@@ -18,6 +19,8 @@ use wasmtime::{Caller, Extern, Linker};
 use crate::outcome::MAX_IMAGE_BYTES;
 use crate::sandbox::SandboxError;
 use crate::sandbox::host::{HostState, ask_import, memory, read_guest, take_report};
+use crate::sandbox::service;
+use safe_python_protocol::service as frames;
 
 /// The driver, run by the first turn of every instance, with the asyncio adapter it installs
 /// (shared with the RustPython guest).
@@ -33,7 +36,8 @@ pub(super) const RUN_TURN: &str = "_safe_python_run()\n";
 mod op {
     /// No payload; the answer is the JSON `Request`.
     pub const REQUEST: u8 = b'R';
-    /// The payload is a module name in UTF-8; the answer is `1` (allowed) or `0`.
+    /// The payload is a module name in UTF-8; the answer is `1` (allowed), `2` (allowed, and the
+    /// host provides its source: a `service::MODULE_SOURCE` frame fetches it) or `0`.
     pub const IMPORT_ALLOWED: u8 = b'I';
     /// The payload is the JSON `Report`; the answer is empty.
     pub const REPORT: u8 = b'P';
@@ -83,7 +87,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
         NAME,
         |mut caller: Caller<'_, HostState>, (ptr, len, out_ptr, out_len): (i32, i32, i32, i32)| {
             Box::new(async move {
-                match answer(&mut caller, ptr, len)? {
+                match answer(&mut caller, ptr, len).await? {
                     Some(bytes) => deliver(&mut caller, &bytes, out_ptr, out_len).await,
                     None => Ok(REFUSED),
                 }
@@ -94,8 +98,9 @@ pub(super) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
 }
 
 /// The answer to the frame of `len` bytes at `ptr`; `None` refuses it. A frame the guest could
-/// not have sent in good faith (outside its memory, an unknown opcode) is a protocol fault.
-fn answer(
+/// not have sent in good faith (outside its memory, an unknown opcode) is a protocol fault. The
+/// service frames (code mode) are answered as for the RustPython guest.
+async fn answer(
     caller: &mut Caller<'_, HostState>,
     ptr: i32,
     len: i32,
@@ -109,8 +114,9 @@ fn answer(
     Ok(Some(match op {
         op::REQUEST => caller.data().request.clone(),
         op::IMPORT_ALLOWED => {
-            let allowed = ask_import(caller, payload, payload_len as i32)?;
-            vec![if allowed { b'1' } else { b'0' }]
+            // `0`, `1` or `2`, as `protocol::ALLOWED` and `protocol::HOST_MODULE` are numbered.
+            let answer = ask_import(caller, payload, payload_len as i32)?;
+            vec![b'0' + answer as u8]
         }
         op::REPORT => {
             take_report(caller, payload, payload_len as i32);
@@ -127,6 +133,9 @@ fn answer(
             caller.data_mut().images = images;
             taken?;
             vec![if more { b'1' } else { b'0' }]
+        }
+        frames::MODULE_SOURCE | frames::TOOL_LIST | frames::TOOL_START | frames::TOOL_WAIT => {
+            return service::answer(caller, op, payload, payload_len).await;
         }
         other => {
             caller.data_mut().protocol_fault = Some(format!(

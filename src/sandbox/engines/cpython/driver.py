@@ -122,6 +122,9 @@ def _install():
 
     real_import = builtins.__import__
     door = _host.call
+    # The driver's code objects, and those of the modules the host provides: trusted, and left
+    # out of tracebacks. Filled at the end of this function, and as such modules load.
+    driver_codes = set()
     # `loop` runs top-level `await`: one per instance, so a session's tasks and queues live on.
     state = {"main": None, "request": None, "loop": None}
     result_name, base_name, index_name = "<result>", "<base>", "<index>"
@@ -159,11 +162,46 @@ def _install():
     def escaped(s):
         return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
-    def host_allows(name):
+    def host_answer(name):
+        """The host's answer about importing `name`: b"1" allowed, b"2" allowed and provided by
+        the host (see `load_host_module`), anything else refused."""
         try:
-            return door(b"I" + name.encode("utf-8")) == b"1"
+            return door(b"I" + name.encode("utf-8"))
         except Exception:
-            return False
+            return b"0"
+
+    def host_allows(name):
+        return host_answer(name) == b"1"
+
+    service_ops = (b"M", b"L", b"T", b"W")
+
+    def service(frame):
+        """Sends a service frame (safe_python_protocol::service): what a module the host
+        provides gets as `_service`. Only service frames: the driver's own go through `door`."""
+        frame = bytes(frame)
+        if frame[:1] not in service_ops:
+            raise OSError("the host refused this frame")
+        try:
+            return door(frame)
+        except Exception:
+            raise OSError("the host refused this frame") from None
+
+    def load_host_module(name):
+        """Makes the module `name` from the source the host provides, unless it is loaded: it
+        runs as the driver's own code, with `service` as its `_service`."""
+        if name in sys.modules:
+            return
+        source = door(b"M" + name.encode("utf-8")).decode("utf-8")
+        code = real_compile(source, "<sandbox %s>" % name, "exec")
+        driver_codes.update(codes(code))
+        module = types.ModuleType(name)
+        module.__dict__["_service"] = service
+        sys.modules[name] = module
+        try:
+            exec(code, module.__dict__)
+        except BaseException:
+            del sys.modules[name]
+            raise
 
     stdlib_files = ("/usr/local/lib/", "<frozen ", "<reactor>")
 
@@ -214,7 +252,10 @@ def _install():
         fromlist = tuple(fromlist) if fromlist is not None else ()
         # `import a.b` binds `a`; `from a.b import x` hands over `a.b`.
         handed = name if fromlist else name.partition(".")[0]
-        if not host_allows(handed) and not any(map(host_allows, helpers.get(handed, ()))):
+        answer = host_answer(handed)
+        if answer == b"2":
+            load_host_module(handed)
+        elif answer != b"1" and not any(map(host_allows, helpers.get(handed, ()))):
             allowed = ", ".join((state["request"] or {}).get("allowed", ()))
             refuse(
                 "import of '%s' is not allowed in this sandbox (allowed: %s)" % (handed, allowed),
@@ -531,7 +572,7 @@ def _install():
                 pass
         door(b"P" + json.dumps(report, ensure_ascii=False).encode("utf-8"))
 
-    driver_codes = frozenset(
+    driver_codes.update(
         code
         for part in (_install, _audit_hook, _install_asyncio)
         for code in codes(part.__code__)
