@@ -248,7 +248,10 @@ pub fn fuzz_server(cache_dir: Option<PathBuf>) -> PythonServer {
         argv.push("--cache-dir".into());
         argv.push(dir.into());
     }
-    PythonServer::start(&Args::try_parse_from(argv).expect("the fuzz server's flags parse"))
+    PythonServer::start(
+        &Args::try_parse_from(argv).expect("the fuzz server's flags parse"),
+        None,
+    )
 }
 
 /// How long one session of fuzzed lines may take: past this the server hung. A call is stopped

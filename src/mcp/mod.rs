@@ -20,12 +20,14 @@
 #![allow(deprecated)]
 
 mod check;
+mod code_mode;
 mod files;
 pub mod http;
 mod progress;
 mod schema;
 mod server;
 mod tools;
+pub mod upstream;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -60,6 +62,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub http: http::HttpFlags,
+
+    #[command(flatten)]
+    pub upstream: upstream::UpstreamFlags,
 
     /// Prepare the compiled sandbox, run a short self-test, print what was checked and exit
     /// (status 0 when it passed): for installers, and to warm the cache before first use.
@@ -135,10 +140,20 @@ pub fn main() -> ExitCode {
             }
         };
     }
+    // The server starts its background work (the upstreams) on this runtime.
+    let _entered = runtime.enter();
+    let tools = match args.upstream.access() {
+        Ok(tools) => tools,
+        Err(e) => {
+            eprintln!("safe-python-mcp: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let server = PythonServer::start(&args, tools);
     let served = match access {
-        None => runtime.block_on(serve(PythonServer::start(&args))),
+        None => runtime.block_on(serve(server)),
         Some(access) => runtime
-            .block_on(http::serve(PythonServer::start(&args), access))
+            .block_on(http::serve(server, access))
             .map_err(Into::into),
     };
     // After a signal, a blocking read of stdin is still pending in tokio's blocking pool, and

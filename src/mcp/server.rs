@@ -5,14 +5,16 @@
 //! The tool is a method on rmcp's tool router, which decodes its arguments (a call whose arguments
 //! do not decode gets a tool error that says why, per the 2025-11-25 specification, so that the
 //! model can correct it), lists it and dispatches to it. Its description depends on the flags, so
-//! [`PythonServer::start`] writes it into the router.
+//! [`PythonServer::start`] writes it into the router; with upstreams (code mode), `tools/list`
+//! adds their tools as they become known ([`super::code_mode`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, LoggingLevel, ServerCapabilities, ServerConfig,
+    CacheScope, CallToolResult, ContentBlock, Implementation, ListToolsResult, LoggingLevel,
+    PaginatedRequestParams, ProtocolVersion, ResultType, ServerCapabilities, ServerConfig,
     SetLevelRequestParams,
 };
 use rmcp::service::RequestContext;
@@ -21,11 +23,15 @@ use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::Args;
+use super::code_mode::{self, Catalogue};
 use super::progress::{Live, Progress};
 use super::schema;
 use super::tools::{self, MAX_CODE_BYTES, RUN_PYTHON, RunPythonArgs};
+use crate::policy::ImportPolicy;
 use crate::sandbox::{RunOptions, Sandbox};
 use crate::session::registry::{LeaseRun, SessionRequest, Sessions};
+use crate::toolcalls::ToolAccess;
+use crate::{Stream, ToolCallRecord};
 
 /// Opens the sandbox and builds the engine's template (see [`Sandbox::template`]), so
 /// that no call pays for either; on the loader's own thread, as `initialize` must not wait.
@@ -48,14 +54,17 @@ struct Inner {
     slots: Semaphore,
     sessions: Arc<Sessions>,
     router: ToolRouter<PythonServer>,
+    /// The upstreams' tools, when there are upstreams (code mode).
+    code_mode: Option<(ToolAccess, Arc<Catalogue>)>,
     /// Set by `logging/setLevel` (clients before 2026-07-28; later ones name a level in each
     /// request's `_meta`, which takes precedence): see [`sends_output_at`].
     log_level: Mutex<Option<LoggingLevel>>,
 }
 
 impl PythonServer {
-    /// Starts preparing the sandbox in the background and returns at once.
-    pub fn start(args: &Args) -> Self {
+    /// Starts preparing the sandbox (and listing the upstreams' tools, when `tools` has some) in
+    /// the background and returns at once. Needs a tokio runtime.
+    pub fn start(args: &Args, tools: Option<ToolAccess>) -> Self {
         let (ready, sandbox) = watch::channel(None);
         let flags = args.sandbox.clone();
         std::thread::spawn(move || {
@@ -70,7 +79,18 @@ impl PythonServer {
             .workers
             .map(usize::from)
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-        let options = args.sandbox.run_options();
+        let mut options = args.sandbox.run_options();
+        if tools.is_some() {
+            // Calls run concurrently under asyncio: with upstreams, it is allowed unless denied.
+            let mut allow = args.sandbox.allow.clone();
+            allow.push("asyncio".into());
+            options.policy = Arc::new(ImportPolicy::with_extra(&allow).without(&args.sandbox.deny));
+        }
+        options.tools = tools.clone();
+        let code_mode = tools.map(|access| {
+            let catalogue = Catalogue::start(&access);
+            (access, catalogue)
+        });
         let session_limits = args.session_limits();
         let mut router = Self::tool_router();
         if let Some(route) = router.map.get_mut(RUN_PYTHON) {
@@ -80,6 +100,7 @@ impl PythonServer {
         }
         PythonServer(Arc::new(Inner {
             router,
+            code_mode,
             options,
             sandbox,
             slots: Semaphore::new(workers),
@@ -187,6 +208,19 @@ impl PythonServer {
             .then(|| Live::start(progress.clone(), ct.clone()));
         let mut options = self.0.options.clone();
         options.observer = live.as_ref().map(Live::observer);
+        // Each tool call shows in the live output as a line of its own, as it finishes.
+        options.on_tool_call = options.observer.clone().map(|observer| {
+            Arc::new(move |call: &ToolCallRecord| {
+                let line = format!(
+                    "[tool call] {}.{}: {} in {} ms\n",
+                    call.server,
+                    call.tool,
+                    if call.ok { "ok" } else { "failed" },
+                    call.ms
+                );
+                observer(Stream::Stderr, line.as_bytes());
+            }) as crate::toolcalls::ToolCallObserver
+        });
         options.files = files;
         let (result, session) = match lease {
             None => (
@@ -239,13 +273,62 @@ fn sends_output_at(level: Option<LoggingLevel>) -> bool {
 #[tool_handler(router = self.0.router)]
 impl ServerHandler for PythonServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_logging().build())
+        let capabilities = if self.0.code_mode.is_some() {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_logging()
+                .build()
+        } else {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build()
+        };
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("safe-python-mcp", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Runs Python code in a WebAssembly sandbox on this machine. Call run_python to compute, \
                  test or check anything expressible in plain Python with the standard modules it lists; \
                  pass session \"new\" to start a session that keeps state between calls, then the handle its reply returns.",
             )
+    }
+
+    /// The router's tools, with the upstreams' tools in `run_python`'s description (code mode).
+    /// A client that lists before the upstreams are known is told when they are.
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let supports_cache_hints = context
+            .protocol_version()
+            .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28);
+        let mut tools = self.0.router.list_all();
+        if let Some((access, catalogue)) = &self.0.code_mode {
+            let known = catalogue.known();
+            if known.is_none() {
+                catalogue.tell_when_known(context.peer.clone()).await;
+            }
+            for tool in tools.iter_mut().filter(|t| t.name == RUN_PYTHON) {
+                let upstreams = code_mode::description(access, known.as_deref().map(Vec::as_slice));
+                let base = tool.description.as_deref().unwrap_or_default();
+                tool.description = Some(format!("{base}\n{upstreams}").into());
+                // The code now reaches the upstreams, which may reach anything.
+                if let Some(annotations) = tool.annotations.as_mut() {
+                    annotations.open_world_hint = Some(true);
+                }
+            }
+        }
+        Ok(ListToolsResult {
+            result_type: Some(ResultType::COMPLETE),
+            tools,
+            meta: None,
+            next_cursor: None,
+            // Listed again after a change: the upstreams' tools arrive after the first listing.
+            ttl_ms: supports_cache_hints.then_some(0),
+            cache_scope: supports_cache_hints.then_some(CacheScope::Public),
+        })
     }
 
     async fn set_level(

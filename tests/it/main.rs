@@ -34,4 +34,5 @@ mod schema;
 mod semantics;
 mod session;
 mod template;
+mod upstream;
 mod versions;

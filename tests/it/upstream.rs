@@ -1,0 +1,201 @@
+//! Code mode's upstream client (`safe_python_executor::mcp::upstream`) against real stdio MCP
+//! servers: this project's own `safe-python-mcp`, whose one tool is `run_python`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use safe_python_executor::mcp::upstream::{
+    RESTART_INTERVAL, UpstreamSpec, UpstreamTransport, Upstreams,
+};
+use safe_python_executor::toolcalls::{ToolHost, ToolHostError, ToolOutput};
+use serde_json::{Map, Value, json};
+
+use crate::common::cache_dir;
+use crate::common::spawn::MCP;
+
+/// `command args` as the upstream `name`, with the suite's module cache.
+fn stdio(name: &str, command: &str, args: &[&str]) -> UpstreamSpec {
+    let env: BTreeMap<String, String> = [
+        (
+            "SAFE_PYTHON_CACHE_DIR".to_owned(),
+            cache_dir().display().to_string(),
+        ),
+        ("SAFE_PYTHON_LOG".to_owned(), "warn".to_owned()),
+    ]
+    .into();
+    UpstreamSpec {
+        name: name.to_owned(),
+        transport: UpstreamTransport::Stdio {
+            command: command.to_owned(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env,
+            cwd: None,
+        },
+    }
+}
+
+/// `safe-python-mcp` running one call at a time: a call that is not cancelled holds up the next.
+fn python(name: &str) -> UpstreamSpec {
+    stdio(name, MCP, &["--workers", "1", "--timeout", "60"])
+}
+
+fn code(code: &str) -> Map<String, Value> {
+    let Value::Object(arguments) = json!({ "code": code }) else {
+        unreachable!()
+    };
+    arguments
+}
+
+async fn run(host: &Upstreams, server: &str, source: &str) -> Result<ToolOutput, ToolHostError> {
+    host.call(server, "run_python", code(source)).await
+}
+
+fn result(output: &ToolOutput) -> &Value {
+    &output.structured.as_ref().expect("structured content")["result"]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_returns_structured_content() {
+    let host = Upstreams::new(vec![python("py")]);
+    assert_eq!(host.servers(), ["py"]);
+    host.start_in_background();
+
+    let catalogue = host.catalogue(None).await;
+    let tools = catalogue[0].tools.as_ref().expect("the upstream's tools");
+    assert_eq!(tools[0].server, "py");
+    assert_eq!(tools[0].name, "run_python");
+    assert_eq!(tools[0].input_schema["required"], json!(["code"]));
+
+    let output = run(&host, "py", "print('hi')\n6 * 7").await.unwrap();
+    assert!(!output.is_error, "{output:?}");
+    assert_eq!(result(&output), "42");
+    assert_eq!(output.structured.as_ref().unwrap()["stdout"], "hi\n");
+    assert_eq!(output.content[0]["type"], "text", "{output:?}");
+
+    let failed = run(&host, "py", "1/0").await.unwrap();
+    assert!(
+        failed.is_error,
+        "a Python exception is the tool's error: {failed:?}"
+    );
+
+    let unknown = host
+        .call("nope", "run_python", code("1"))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown, ToolHostError::NoServer("nope".into()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_call_cancels_it_upstream() {
+    let host = Upstreams::new(vec![python("py")]);
+    run(&host, "py", "None").await.expect("a first call");
+
+    let started = Instant::now();
+    let slow = tokio::time::timeout(
+        Duration::from_secs(2),
+        run(&host, "py", "import time; time.sleep(30)"),
+    )
+    .await;
+    assert!(slow.is_err(), "the slow call finished: {slow:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // The upstream runs one call at a time: this one waits for the first unless it was cancelled.
+    let next = Instant::now();
+    let output = run(&host, "py", "6 * 7").await.unwrap();
+    assert_eq!(result(&output), "42");
+    assert!(
+        next.elapsed() < Duration::from_secs(15),
+        "the dropped call was not cancelled upstream: the next took {:?}",
+        next.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_cannot_start_fails_only_its_own_calls() {
+    let host = Upstreams::new(vec![
+        stdio("missing", "safe-python-no-such-command", &[]),
+        stdio(
+            "dies",
+            "sh",
+            &["-c", "echo 'boom: no credentials' >&2; exit 3"],
+        ),
+        python("py"),
+    ]);
+    host.start_in_background();
+
+    let missing = run(&host, "missing", "1").await.unwrap_err();
+    let ToolHostError::Unavailable { server, reason } = &missing else {
+        panic!("{missing:?}")
+    };
+    assert_eq!(server, "missing");
+    assert!(
+        reason.contains("'safe-python-no-such-command' was not found"),
+        "{reason}"
+    );
+
+    let dies = run(&host, "dies", "1").await.unwrap_err();
+    let ToolHostError::Unavailable { reason, .. } = &dies else {
+        panic!("{dies:?}")
+    };
+    assert!(reason.contains("boom: no credentials"), "{reason}");
+
+    let output = run(&host, "py", "6 * 7").await.unwrap();
+    assert_eq!(result(&output), "42");
+
+    let catalogue = host.catalogue(None).await;
+    let names: Vec<&str> = catalogue.iter().map(|s| s.server.as_str()).collect();
+    assert_eq!(names, ["missing", "dies", "py"]);
+    assert!(
+        catalogue[0]
+            .tools
+            .as_ref()
+            .unwrap_err()
+            .contains("was not found")
+    );
+    assert!(catalogue[1].tools.is_err());
+    assert_eq!(catalogue[2].tools.as_ref().unwrap()[0].name, "run_python");
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_upstream_fails_its_call_and_the_next_restarts_it() {
+    let dir = crate::common::temp_dir("upstream-kill");
+    let pid_file = dir.path().join("pid");
+    // The shell writes its process id, then becomes the server.
+    let script = format!(
+        "echo $$ > '{}'; exec '{MCP}' --workers 1 --timeout 60",
+        pid_file.display()
+    );
+    let host = Upstreams::new(vec![stdio("py", "sh", &["-c", &script])]);
+    run(&host, "py", "None").await.expect("a first call");
+    let pid = || -> i32 {
+        std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let first = pid();
+
+    let slow = tokio::spawn(host.call("py", "run_python", code("import time; time.sleep(30)")));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // SAFETY: kill(2) with a process id we started.
+    assert_eq!(unsafe { libc::kill(first, libc::SIGKILL) }, 0);
+    let lost = tokio::time::timeout(Duration::from_secs(10), slow)
+        .await
+        .expect("the call ends when its upstream dies")
+        .unwrap()
+        .unwrap_err();
+    let ToolHostError::Failed { server, reason } = &lost else {
+        panic!("{lost:?}")
+    };
+    assert_eq!(server, "py");
+    assert!(reason.contains("connection closed"), "{reason}");
+
+    tokio::time::sleep(RESTART_INTERVAL).await;
+    let output = run(&host, "py", "6 * 7")
+        .await
+        .expect("a restarted upstream");
+    assert_eq!(result(&output), "42");
+    assert_ne!(pid(), first, "the upstream was not restarted");
+}
