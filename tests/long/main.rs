@@ -8,6 +8,7 @@
 #[path = "../it/common/mod.rs"]
 mod common;
 
+mod code_mode;
 mod dist;
 mod emulated;
 mod install;

@@ -9,6 +9,7 @@ pub mod client;
 pub mod http;
 pub mod raw;
 pub mod spawn;
+pub mod upstreams;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
