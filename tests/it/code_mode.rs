@@ -190,15 +190,25 @@ fn options(lab: &Arc<Lab>, globs: &[&str], max_calls: u32) -> RunOptions {
     }
 }
 
-/// Runs `code` fresh on both engines with the lab (every tool of `lab` allowed, `vault` not),
-/// and checks its value.
-#[track_caller]
-fn on_both(code: &str, expected: &str) -> Vec<RunResult> {
+/// Runs `code` fresh on each engine, with a lab of its own, under `globs` and `max_calls`.
+fn in_labs(code: &str, globs: &[&str], max_calls: u32) -> Vec<(&'static str, Arc<Lab>, RunResult)> {
     engines()
         .into_iter()
         .map(|(engine, sandbox)| {
             let lab = Arc::new(Lab::default());
-            let r = common::run_in(sandbox, code, &options(&lab, &["lab.*", "down.*"], 20));
+            let r = common::run_in(sandbox, code, &options(&lab, globs, max_calls));
+            (engine, lab, r)
+        })
+        .collect()
+}
+
+/// Runs `code` fresh on both engines with the lab (every tool of `lab` allowed, `vault` not),
+/// and checks its value.
+#[track_caller]
+fn on_both(code: &str, expected: &str) -> Vec<RunResult> {
+    in_labs(code, &["lab.*", "down.*"], 20)
+        .into_iter()
+        .map(|(engine, lab, r)| {
             assert_eq!(
                 common::completed_value(code, r.clone()).as_deref(),
                 Some(expected),
@@ -292,9 +302,7 @@ fn a_tool_outside_the_policy_is_refused_before_the_upstream() {
 #[test]
 fn the_budget_is_enforced_per_run() {
     let code = "import tools\nn = 0\ntry:\n    while True:\n        tools.lab.echo(x=n)\n        n += 1\nexcept tools.CallBudgetExceeded:\n    pass\nn";
-    for (engine, sandbox) in engines() {
-        let lab = Arc::new(Lab::default());
-        let r = common::run_in(sandbox, code, &options(&lab, &[], 7));
+    for (engine, lab, r) in in_labs(code, &[], 7) {
         assert_eq!(r.result(), Some("7"), "{engine}: {r:?}");
         assert_eq!(lab.reached.lock().unwrap().len(), 7, "{engine}");
         assert_eq!(r.tool_calls.len(), 7, "{engine}");
@@ -304,9 +312,7 @@ fn the_budget_is_enforced_per_run() {
 #[test]
 fn many_calls_in_one_run_keep_the_reply_small() {
     let code = "import tools\ntotal = 0\nfor i in range(200):\n    total += tools.lab.echo(x=i)['echo']['x']\ntotal";
-    for (engine, sandbox) in engines() {
-        let lab = Arc::new(Lab::default());
-        let r = common::run_in(sandbox, code, &options(&lab, &[], 1000));
+    for (engine, _, r) in in_labs(code, &[], 1000) {
         assert_eq!(r.result(), Some("19900"), "{engine}: {r:?}");
         let report = serde_json::to_string(&r).unwrap();
         assert!(
