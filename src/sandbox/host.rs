@@ -15,7 +15,7 @@ use crate::outcome::ImageCollector;
 use crate::outcome::classify::HostRecords;
 use crate::output::{OutputSink, Stream};
 use crate::policy::ImportPolicy;
-use crate::sandbox::service::TOOLS_MODULE;
+use crate::toolcalls::MODULE as TOOLS_MODULE;
 use crate::toolcalls::calls::RunCalls;
 use crate::vfs::{Dir, Files};
 

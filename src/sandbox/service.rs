@@ -7,12 +7,10 @@ use safe_python_protocol::service;
 use wasmtime::Caller;
 
 use crate::sandbox::host::{HostState, read_guest};
+use crate::toolcalls::MODULE as TOOLS_MODULE;
 
 /// The Python source of the `tools` module (both engines run it).
 const TOOLS_SOURCE: &str = include_str!("tools.py");
-
-/// The module name under which the host provides [`TOOLS_SOURCE`].
-pub(super) const TOOLS_MODULE: &str = "tools";
 
 /// The answer to the frame with opcode `op` and the `len`-byte payload at `ptr`, or `None` to
 /// refuse it (an unknown opcode, a module the host does not provide). A payload over

@@ -255,7 +255,7 @@ impl RunCalls {
         let Some((record, started)) = self.records.get_mut(id as usize) else {
             return;
         };
-        record.ms = started.take().map_or(0, |s| elapsed_ms(s));
+        record.ms = started.take().map_or(0, elapsed_ms);
         record.ok = matches!(&result, Ok(out) if !out.is_error);
         if let Some(observer) = &self.observer {
             observer(record);

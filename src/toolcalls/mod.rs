@@ -29,6 +29,9 @@ pub use calls::ToolCallObserver;
 pub use policy::{PolicyError, ToolPolicy};
 pub use signature::python_signature;
 
+/// The module code imports to call the tools: the host provides it when a run has upstreams.
+pub const MODULE: &str = "tools";
+
 /// A boxed future that may cross threads: what [`ToolHost`]'s methods return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

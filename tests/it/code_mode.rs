@@ -181,7 +181,7 @@ impl ToolHost for Lab {
 fn options(lab: &Arc<Lab>, globs: &[&str], max_calls: u32) -> RunOptions {
     let globs: Vec<String> = globs.iter().map(|g| g.to_string()).collect();
     RunOptions {
-        policy: Arc::new(ImportPolicy::with_extra(&["asyncio"])),
+        policy: Arc::new(ImportPolicy::with_extra(["asyncio"])),
         tools: Some(ToolAccess {
             host: lab.clone(),
             policy: Arc::new(ToolPolicy::new(&globs, max_calls).unwrap()),
@@ -381,29 +381,42 @@ fn hostile_arguments_and_frames_get_python_errors() {
         ("tools._service(b'')", "OSError"),
         ("tools._service(b'Mos')", "OSError"),
     ];
+    let ended = |r: &RunResult| match (&r.outcome, r.error()) {
+        (_, Some(e)) => e.kind.clone(),
+        (safe_python_executor::Outcome::Completed { .. }, None) => "OK".into(),
+        (other, None) => format!("{other:?}"),
+    };
+    let rt = common::runtime();
     for (engine, sandbox) in engines() {
+        // Fresh, and all in one session, which must still work after them.
+        let lab = Arc::new(Lab::default());
+        let opts = options(&lab, &["lab.*"], 100);
+        let mut session = rt.block_on(Session::new(sandbox)).expect("a session");
         for (code, expected) in cases {
-            let lab = Arc::new(Lab::default());
             let code = format!("import tools\n{code}");
-            let r = common::run_in(sandbox, &code, &options(&lab, &["lab.*"], 20));
-            let got = match (&r.outcome, r.error()) {
-                (_, Some(e)) => e.kind.clone(),
-                (safe_python_executor::Outcome::Completed { .. }, None) => "OK".into(),
-                (other, None) => format!("{other:?}"),
-            };
-            assert!(
-                expected.split('|').any(|e| e == got),
-                "{engine}: {code:?} ended as {got}, not {expected}: {r:?}"
-            );
-            assert!(
-                !lab.reached
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .any(|c| c.starts_with("vault.")),
-                "{engine}: {code:?} reached the vault"
-            );
+            let fresh = common::run_in(sandbox, &code, &opts);
+            let kept = rt
+                .block_on(session.run(&code, &opts))
+                .expect("no host fault")
+                .result;
+            for (how, r) in [("fresh", fresh), ("in a session", kept)] {
+                let got = ended(&r);
+                assert!(
+                    expected.split('|').any(|e| e == got),
+                    "{engine}, {how}: {code:?} ended as {got}, not {expected}: {r:?}"
+                );
+            }
         }
+        let r = rt
+            .block_on(session.run("tools.lab.echo(x=1)", &opts))
+            .unwrap()
+            .result;
+        assert_eq!(r.result(), Some("{'echo': {'x': 1}}"), "{engine}: {r:?}");
+        let reached = lab.reached.lock().unwrap();
+        assert!(
+            !reached.iter().any(|c| c.starts_with("vault.")),
+            "{engine}: the vault was reached: {reached:?}"
+        );
     }
 }
 

@@ -6,7 +6,11 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rmcp::model::CallToolResult;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{CallToolResult, ProgressNotificationParam};
+use rmcp::service::NotificationContext;
+use rmcp::{ClientHandler, RoleClient};
 use serde_json::Value;
 
 use crate::common::client::{self, Client, connect, run_python, structured, text};
@@ -23,14 +27,30 @@ fn time_command() -> String {
     time_server().display().to_string()
 }
 
-/// `safe-python-mcp` with `args` (and the secret in its environment), connected.
-async fn server(args: &[&str]) -> Client {
-    let mut command = mcp_server(args);
-    command.env(SECRET.0, SECRET.1);
-    connect((), command).await
+/// What the server sent as progress (live output), all calls together.
+#[derive(Clone, Default)]
+struct Heard(Arc<Mutex<String>>);
+
+impl ClientHandler for Heard {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(message) = params.message {
+            self.0.lock().unwrap().push_str(&message);
+        }
+    }
 }
 
-async fn call(client: &Client, code: &str) -> CallToolResult {
+/// `safe-python-mcp` with `args` (and the secret in its environment), connected.
+async fn server(args: &[&str]) -> Client<Heard> {
+    let mut command = mcp_server(args);
+    command.env(SECRET.0, SECRET.1);
+    connect(Heard::default(), command).await
+}
+
+async fn call(client: &Client<Heard>, code: &str) -> CallToolResult {
     client
         .call_tool(run_python(code, None))
         .await
@@ -38,7 +58,7 @@ async fn call(client: &Client, code: &str) -> CallToolResult {
 }
 
 /// The structured report's `result`, after checking the call completed.
-async fn value(client: &Client, code: &str) -> String {
+async fn value(client: &Client<Heard>, code: &str) -> String {
     let reply = call(client, code).await;
     let report = structured(&reply);
     assert_eq!(report["error"], Value::Null, "{code}: {}", text(&reply));
@@ -149,6 +169,12 @@ async fn server_everything_over_stdio() {
     assert_eq!(report["tool_calls"]["count"], 100);
     let size = serde_json::to_string(&reply).unwrap().len();
     assert!(size < 12 << 10, "a {size}-byte reply for 100 calls");
+    // Each call showed in the live output as it finished.
+    let heard = client.service().0.lock().unwrap().clone();
+    assert!(
+        heard.contains("[tool call] demo.get-sum: ok in "),
+        "{heard}"
+    );
 
     // The tool's own error is caught in Python.
     assert_eq!(

@@ -22,7 +22,7 @@ use crate::toolcalls::{ToolAccess, ToolPolicy};
 pub struct UpstreamFlags {
     /// An MCP server whose tools code may call, as NAME=COMMAND (started as a stdio server; the
     /// command split as a shell would) or NAME=URL (http:// or https://: streamable HTTP, with
-    /// headers from SAFE_PYTHON_UPSTREAM_HEADERS_<NAME>, one `Header: value` a line). Repeatable;
+    /// headers from SAFE_PYTHON_UPSTREAM_HEADERS_NAME, one `Header: value` a line). Repeatable;
     /// the environment variable takes one a line [default: none].
     #[arg(
         long = "upstream",
