@@ -19,8 +19,13 @@ use rmcp::model::{
     CancelledNotificationParam, ClientCapabilities, ClientInfo, ClientNotification, ClientRequest,
     Implementation, RequestId, ServerResult,
 };
-use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RunningService, ServiceError};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::service::{
+    ClientInitializeError, NotificationContext, Peer, PeerRequestOptions, RunningService,
+    ServiceError,
+};
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Map, Value};
@@ -531,16 +536,9 @@ async fn connect(
             }
         }
         UpstreamTransport::Http { url, headers } => {
-            // rmcp's `transport-streamable-http-client-reqwest` builds reqwest without TLS: say so
-            // rather than let reqwest fail with a less clear error.
-            if url
-                .get(..8)
-                .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
-            {
-                return Err(
-                    "https:// upstreams need TLS, which this build's HTTP client lacks".into(),
-                );
-            }
+            // reqwest has rustls without a crypto provider of its own, and panics building a
+            // client (http:// too) when the process has none.
+            install_crypto_provider();
             let mut custom = HashMap::new();
             for (name, value) in headers {
                 // Checked when configured; checked again rather than trusted.
@@ -555,7 +553,10 @@ async fn connect(
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
             let transport = StreamableHttpClientTransport::from_config(config);
             handler.serve(transport).await.map_err(|error| {
-                format!("it did not complete MCP's initialize at {url}: {error}")
+                format!(
+                    "it did not complete MCP's initialize at {url}: {}",
+                    initialize_error(&spec.name, &error)
+                )
             })?
         }
     };
@@ -565,6 +566,61 @@ async fn connect(
         tools,
         tail,
     })
+}
+
+/// Installs ring as the process's default rustls crypto provider, unless one is installed already.
+///
+/// The HTTP upstreams' client (reqwest, built with rustls but no provider, so that aws-lc-rs, a C
+/// build, stays out) takes the process's default and panics building a client when there is none,
+/// for http:// as for https://. Whoever else builds a reqwest client in a process that links this
+/// crate (the tests' rmcp clients) calls this first. Idempotent and cheap after the first call.
+pub fn install_crypto_provider() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // An error means another provider was installed first, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// Why `name`'s initialize failed, with the cause rmcp's message leaves out (its message stops at
+/// reqwest's "error sending request", which does not say why: an untrusted certificate, a refused
+/// connection) and without its transport's Rust type name.
+fn initialize_error(name: &str, error: &ClientInitializeError) -> String {
+    let ClientInitializeError::TransportError { error, .. } = error else {
+        return error.to_string();
+    };
+    let Some(http) = error
+        .error
+        .downcast_ref::<StreamableHttpError<reqwest::Error>>()
+    else {
+        return error.to_string();
+    };
+    match http {
+        StreamableHttpError::Client(client) => causes(client),
+        StreamableHttpError::AuthRequired(_) | StreamableHttpError::InsufficientScope(_) => {
+            format!(
+                "it asks for credentials ({}): give it the headers it needs, such as \
+                 Authorization, in {} or the \"headers\" of its entry in the config file",
+                causes(http),
+                super::config::headers_var(name)
+            )
+        }
+        _ => causes(http),
+    }
+}
+
+/// `error`'s message followed by those of its sources, each left out when the one before says it.
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Our side of each upstream session: who we are, and dropping the cached tool list when the
