@@ -1,16 +1,18 @@
-//! Code mode's upstream client (`safe_python_executor::mcp::upstream`) against real stdio MCP
-//! servers: this project's own `safe-python-mcp`, whose one tool is `run_python`.
+//! Code mode's upstream client (`safe_python_executor::mcp::upstream`) against real MCP servers:
+//! this project's own `safe-python-mcp`, whose one tool is `run_python`, over stdio and over
+//! streamable HTTP (`--http`), and a TLS listener whose certificate no one trusts.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use safe_python_executor::mcp::upstream::{
-    RESTART_INTERVAL, UpstreamSpec, UpstreamTransport, Upstreams,
+    RESTART_INTERVAL, UpstreamSpec, UpstreamTransport, Upstreams, config,
 };
 use safe_python_executor::toolcalls::{ToolHost, ToolHostError, ToolOutput};
 use serde_json::{Map, Value, json};
 
 use crate::common::cache_dir;
+use crate::common::http::HttpServer;
 use crate::common::spawn::MCP;
 
 /// `command args` as the upstream `name`, with the suite's module cache.
@@ -198,4 +200,166 @@ async fn a_killed_upstream_fails_its_call_and_the_next_restarts_it() {
         .expect("a restarted upstream");
     assert_eq!(result(&output), "42");
     assert_ne!(pid(), first, "the upstream was not restarted");
+}
+
+/// A token long enough for `--token`.
+const TOKEN: &str = "0123456789abcdef-upstream-token";
+
+/// `safe-python-mcp --http` on a free loopback port, one call at a time, requiring [`TOKEN`].
+fn http_server() -> HttpServer {
+    HttpServer::start(&[
+        "--http",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--timeout",
+        "60",
+        "--token",
+        TOKEN,
+    ])
+}
+
+/// `--upstream NAME=URL` as the server reads it, with `headers` as the value of its
+/// `SAFE_PYTHON_UPSTREAM_HEADERS_NAME` (none: the variable is not set).
+fn http(name: &str, url: &str, headers: Option<&str>) -> UpstreamSpec {
+    let var = config::headers_var(name);
+    let env = |key: &str| (key == var).then(|| headers.map(str::to_owned)).flatten();
+    config::parse_flag(&format!("{name}={url}"), &env).expect("a valid --upstream")
+}
+
+fn authorized(name: &str, server: &HttpServer) -> UpstreamSpec {
+    let spec = http(
+        name,
+        &server.url(),
+        Some(&format!("Authorization: Bearer {TOKEN}")),
+    );
+    let UpstreamTransport::Http { headers, .. } = &spec.transport else {
+        panic!("{spec:?}")
+    };
+    assert_eq!(headers.len(), 1, "the header from the environment");
+    spec
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_upstream_lists_and_calls_its_tools() {
+    let server = http_server();
+    let host = Upstreams::new(vec![authorized("web", &server)]);
+    host.start_in_background();
+
+    let catalogue = host.catalogue(None).await;
+    let tools = catalogue[0].tools.as_ref().expect("the upstream's tools");
+    assert_eq!(tools[0].server, "web");
+    assert_eq!(tools[0].name, "run_python");
+
+    let output = run(&host, "web", "print('hi')\n6 * 7").await.unwrap();
+    assert!(!output.is_error, "{output:?}");
+    assert_eq!(result(&output), "42");
+    assert_eq!(output.structured.as_ref().unwrap()["stdout"], "hi\n");
+
+    let failed = run(&host, "web", "1/0").await.unwrap();
+    assert!(failed.is_error, "{failed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_http_call_cancels_it_upstream() {
+    let server = http_server();
+    let host = Upstreams::new(vec![authorized("web", &server)]);
+    run(&host, "web", "None").await.expect("a first call");
+
+    let started = Instant::now();
+    let slow = tokio::time::timeout(
+        Duration::from_secs(2),
+        run(&host, "web", "import time; time.sleep(30)"),
+    )
+    .await;
+    assert!(slow.is_err(), "the slow call finished: {slow:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // One call at a time upstream: this one waits for the first unless it was cancelled.
+    let next = Instant::now();
+    let output = run(&host, "web", "6 * 7").await.unwrap();
+    assert_eq!(result(&output), "42");
+    assert!(
+        next.elapsed() < Duration::from_secs(15),
+        "the dropped call was not cancelled upstream: the next took {:?}",
+        next.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_upstream_without_its_token_fails_clearly() {
+    let server = http_server();
+    let host = Upstreams::new(vec![http("web", &server.url(), None)]);
+    let refused = run(&host, "web", "1").await.unwrap_err();
+    let ToolHostError::Unavailable {
+        server: name,
+        reason,
+    } = &refused
+    else {
+        panic!("{refused:?}")
+    };
+    assert_eq!(name, "web");
+    assert!(reason.contains(&server.url()), "{reason}");
+    assert!(
+        reason.contains("asks for credentials")
+            && reason.contains("SAFE_PYTHON_UPSTREAM_HEADERS_WEB"),
+        "{reason}"
+    );
+    assert!(!reason.contains(TOKEN), "{reason}");
+}
+
+/// A TLS listener on loopback whose certificate (tests/it/tls/, self-signed, for `localhost` and
+/// 127.0.0.1) no platform trusts: it completes handshakes as far as the client lets it.
+fn untrusted_tls_listener() -> std::net::SocketAddr {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let cert = CertificateDer::from_pem_slice(include_bytes!("tls/untrusted-cert.pem")).unwrap();
+    let key = PrivateKeyDer::from_pem_slice(include_bytes!("tls/untrusted-key.pem")).unwrap();
+    let config = std::sync::Arc::new(
+        rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .unwrap(),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Lives as long as the test process: a blocked accept has no cheap way out.
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let config = config.clone();
+            std::thread::spawn(move || {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut tls = rustls::ServerConnection::new(config).unwrap();
+                while tls.is_handshaking() {
+                    if tls.complete_io(&mut stream).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_upstream_with_an_untrusted_certificate_is_refused() {
+    let addr = untrusted_tls_listener();
+    for url in [
+        format!("https://localhost:{}/mcp", addr.port()),
+        format!("https://{addr}/mcp"),
+    ] {
+        let host = Upstreams::new(vec![http("tls", &url, None)]);
+        let refused = run(&host, "tls", "1").await.unwrap_err();
+        let ToolHostError::Unavailable { reason, .. } = &refused else {
+            panic!("{refused:?}")
+        };
+        assert!(reason.contains(&url), "{reason}");
+        assert!(reason.contains("certificate"), "{reason}");
+    }
 }
