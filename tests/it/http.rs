@@ -32,7 +32,7 @@ impl Server {
         token: Option<&str>,
     ) -> Client<H> {
         // reqwest has rustls without a provider of its own (see the function).
-        safe_python_executor::mcp::upstream::client::install_crypto_provider();
+        safe_python_executor::mcp::upstream::install_crypto_provider();
         let mut config = StreamableHttpClientTransportConfig::with_uri(self.url());
         if let Some(token) = token {
             config = config.auth_header(token);

@@ -7,34 +7,18 @@
 //! the process exiting, its last lines of stderr), and a later call restarts it, at most once per
 //! [`RESTART_INTERVAL`].
 
-use std::collections::{HashMap, VecDeque};
-use std::io::Write as _;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper::http::{HeaderName, HeaderValue};
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
-    CancelledNotificationParam, ClientCapabilities, ClientInfo, ClientNotification, ClientRequest,
-    Implementation, RequestId, ServerResult,
-};
-use rmcp::service::{
-    ClientInitializeError, NotificationContext, Peer, PeerRequestOptions, RunningService,
-    ServiceError,
-};
-use rmcp::transport::streamable_http_client::{
-    StreamableHttpClientTransportConfig, StreamableHttpError,
-};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::{Map, Value};
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
-use tokio::process::ChildStderr;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::config::{UpstreamSpec, UpstreamTransport};
+use super::call::{CancelOnDrop, output, result_kind};
+use super::config::UpstreamSpec;
+use super::connect::{Connection, StderrTail, connect, lock};
 use crate::toolcalls::{BoxFuture, ServerTools, ToolHost, ToolHostError, ToolInfo, ToolOutput};
 
 /// How long an upstream may take to start and answer `initialize` (a first `npx`/`uvx` run
@@ -44,12 +28,6 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// The least time between two starts of one upstream: a server that cannot start, or crashes as
 /// soon as it is up, is not restarted by every call.
 pub const RESTART_INTERVAL: Duration = Duration::from_secs(3);
-
-/// The lines of an upstream's stderr kept to explain its failure, and the length kept of each.
-const STDERR_TAIL_LINES: usize = 5;
-const STDERR_LINE_CHARS: usize = 300;
-/// Longer stderr lines are forwarded in pieces of this size, so a child cannot grow our memory.
-const STDERR_CHUNK_BYTES: u64 = 16 * 1024;
 
 /// The configured upstreams, each started on demand; see the module's documentation.
 pub struct Upstreams {
@@ -385,40 +363,6 @@ impl Upstream {
     }
 }
 
-/// Sends `notifications/cancelled` for a call whose future is dropped before its answer (the
-/// run's time limit, or the client cancelling the run), so the upstream can stop working on it.
-struct CancelOnDrop {
-    peer: Option<Peer<RoleClient>>,
-    id: RequestId,
-}
-
-impl CancelOnDrop {
-    fn disarm(mut self) {
-        self.peer = None;
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Some(peer) = self.peer.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let params = CancelledNotificationParam::new(
-            Some(self.id.clone()),
-            Some("the sandboxed code stopped waiting for the call".into()),
-        );
-        runtime.spawn(async move {
-            let notification =
-                ClientNotification::CancelledNotification(CancelledNotification::new(params));
-            let _ = peer.send_notification(notification).await;
-        });
-    }
-}
-
-/// The fields of a tool's result the code sees.
 /// `upstream`'s tools, if it lists them by `by` (its start goes on in the background if not).
 async fn listed_by(upstream: Arc<Upstream>, by: Option<Instant>) -> Result<Vec<ToolInfo>, String> {
     match by {
@@ -427,275 +371,4 @@ async fn listed_by(upstream: Arc<Upstream>, by: Option<Instant>) -> Result<Vec<T
             .await
             .unwrap_or_else(|_| Err("it is still starting: try again shortly".into())),
     }
-}
-
-fn output(result: CallToolResult) -> ToolOutput {
-    ToolOutput {
-        is_error: result.is_error.unwrap_or(false),
-        structured: result.structured_content,
-        content: result
-            .content
-            .iter()
-            .map(|block| {
-                serde_json::to_value(block).unwrap_or_else(|e| {
-                    serde_json::json!({"type": "text", "text": format!("(a content block that could not be encoded: {e})")})
-                })
-            })
-            .collect(),
-    }
-}
-
-fn result_kind(result: &ServerResult) -> &'static str {
-    match result {
-        ServerResult::InputRequiredResult(_) => "a request for more input (input_required)",
-        ServerResult::CreateTaskResult(_) => "a task",
-        _ => "something other than a tool result",
-    }
-}
-
-/// A running client session with one upstream.
-struct Connection {
-    /// Dropping it ends the session and, for a child process, kills the child.
-    service: RunningService<RoleClient, Handler>,
-    started: Instant,
-    /// Its `tools/list`, once listed; dropped when it says its tools changed.
-    tools: Arc<Mutex<Option<Vec<ToolInfo>>>>,
-    tail: Arc<StderrTail>,
-}
-
-impl Connection {
-    fn is_closed(&self) -> bool {
-        self.service.is_closed() || self.service.peer().is_transport_closed()
-    }
-
-    fn closed_reason(&self) -> String {
-        self.tail_explains("its connection closed (the server exited or hung up)".into())
-    }
-
-    fn tail_explains(&self, reason: String) -> String {
-        self.tail.explain(reason)
-    }
-}
-
-/// Starts `spec` and completes MCP's handshake.
-async fn connect(
-    spec: &UpstreamSpec,
-    started: Instant,
-    tail: Arc<StderrTail>,
-) -> Result<Connection, String> {
-    let tools = Arc::new(Mutex::new(None));
-    let handler = Handler {
-        tools: tools.clone(),
-    };
-    let service = match &spec.transport {
-        UpstreamTransport::Stdio {
-            command,
-            args,
-            env,
-            cwd,
-        } => {
-            let mut child = tokio::process::Command::new(command);
-            child.args(args).envs(env).kill_on_drop(true);
-            if let Some(cwd) = cwd {
-                if !cwd.is_dir() {
-                    return Err(format!(
-                        "its working directory {} does not exist",
-                        cwd.display()
-                    ));
-                }
-                child.current_dir(cwd);
-            }
-            // stdout is the protocol; stderr is the child's log, which goes to ours (never our
-            // stdout, which is the protocol on our side) and explains a failure.
-            let (transport, stderr) = TokioChildProcess::builder(child)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|error| match error.kind() {
-                    std::io::ErrorKind::NotFound => {
-                        format!("the command '{command}' was not found")
-                    }
-                    std::io::ErrorKind::PermissionDenied => {
-                        format!("the command '{command}' cannot be run: {error}")
-                    }
-                    _ => format!("the command '{command}' did not start: {error}"),
-                })?;
-            let reader = stderr.map(|stderr| {
-                tokio::spawn(forward_stderr(spec.name.clone(), stderr, tail.clone()))
-            });
-            match handler.serve(transport).await {
-                Ok(service) => service,
-                Err(error) => {
-                    // The process has likely exited: let its last words reach the tail.
-                    if let Some(reader) = reader {
-                        let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
-                    }
-                    return Err(
-                        tail.explain(format!("it did not complete MCP's initialize: {error}"))
-                    );
-                }
-            }
-        }
-        UpstreamTransport::Http { url, headers } => {
-            // reqwest has rustls without a crypto provider of its own, and panics building a
-            // client (http:// too) when the process has none.
-            install_crypto_provider();
-            let mut custom = HashMap::new();
-            for (name, value) in headers {
-                // Checked when configured; checked again rather than trusted.
-                let name = HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|e| format!("the header {name:?} is not valid: {e}"))?;
-                let mut value = HeaderValue::from_str(value)
-                    .map_err(|e| format!("the value of the header {name} is not valid: {e}"))?;
-                value.set_sensitive(true);
-                custom.insert(name, value);
-            }
-            let config =
-                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
-            let transport = StreamableHttpClientTransport::from_config(config);
-            handler.serve(transport).await.map_err(|error| {
-                format!(
-                    "it did not complete MCP's initialize at {url}: {}",
-                    initialize_error(&spec.name, &error)
-                )
-            })?
-        }
-    };
-    Ok(Connection {
-        service,
-        started,
-        tools,
-        tail,
-    })
-}
-
-/// Installs ring as the process's default rustls crypto provider, unless one is installed already.
-///
-/// The HTTP upstreams' client (reqwest, built with rustls but no provider, so that aws-lc-rs, a C
-/// build, stays out) takes the process's default and panics building a client when there is none,
-/// for http:// as for https://. Whoever else builds a reqwest client in a process that links this
-/// crate (the tests' rmcp clients) calls this first. Idempotent and cheap after the first call.
-pub fn install_crypto_provider() {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        // An error means another provider was installed first, which serves as well.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
-
-/// Why `name`'s initialize failed, with the cause rmcp's message leaves out (its message stops at
-/// reqwest's "error sending request", which does not say why: an untrusted certificate, a refused
-/// connection) and without its transport's Rust type name.
-fn initialize_error(name: &str, error: &ClientInitializeError) -> String {
-    let ClientInitializeError::TransportError { error, .. } = error else {
-        return error.to_string();
-    };
-    let Some(http) = error
-        .error
-        .downcast_ref::<StreamableHttpError<reqwest::Error>>()
-    else {
-        return error.to_string();
-    };
-    match http {
-        StreamableHttpError::Client(client) => causes(client),
-        StreamableHttpError::AuthRequired(_) | StreamableHttpError::InsufficientScope(_) => {
-            format!(
-                "it asks for credentials ({}): give it the headers it needs, such as \
-                 Authorization, in {} or the \"headers\" of its entry in the config file",
-                causes(http),
-                super::config::headers_var(name)
-            )
-        }
-        _ => causes(http),
-    }
-}
-
-/// `error`'s message followed by those of its sources, each left out when the one before says it.
-fn causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text = format!("{text}: {cause_text}");
-        }
-        source = cause.source();
-    }
-    text
-}
-
-/// Our side of each upstream session: who we are, and dropping the cached tool list when the
-/// upstream says it changed.
-struct Handler {
-    tools: Arc<Mutex<Option<Vec<ToolInfo>>>>,
-}
-
-impl ClientHandler for Handler {
-    fn get_info(&self) -> ClientInfo {
-        ClientInfo::new(
-            ClientCapabilities::default(),
-            Implementation::new("safe-python-mcp", env!("CARGO_PKG_VERSION")),
-        )
-    }
-
-    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        *lock(&self.tools) = None;
-    }
-}
-
-/// The last lines an upstream wrote to stderr, to explain why it failed.
-#[derive(Default)]
-struct StderrTail {
-    lines: Mutex<VecDeque<String>>,
-}
-
-impl StderrTail {
-    fn push(&self, line: &str) {
-        let mut lines = lock(&self.lines);
-        if lines.len() == STDERR_TAIL_LINES {
-            lines.pop_front();
-        }
-        lines.push_back(line.chars().take(STDERR_LINE_CHARS).collect());
-    }
-
-    /// `reason`, followed by the last lines of stderr when there are any.
-    fn explain(&self, reason: String) -> String {
-        let lines = lock(&self.lines);
-        if lines.is_empty() {
-            return reason;
-        }
-        let joined: Vec<&str> = lines.iter().map(String::as_str).collect();
-        format!("{reason}; its stderr ended with: {}", joined.join(" | "))
-    }
-}
-
-/// Copies an upstream's stderr to ours, each line marked with its name, keeping the last lines.
-async fn forward_stderr(name: String, stderr: ChildStderr, tail: Arc<StderrTail>) {
-    let mut reader = BufReader::new(stderr);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match (&mut reader)
-            .take(STDERR_CHUNK_BYTES)
-            .read_until(b'\n', &mut line)
-            .await
-        {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        let text = String::from_utf8_lossy(&line);
-        let text = text.trim_end();
-        if text.is_empty() {
-            continue;
-        }
-        let _ = writeln!(std::io::stderr().lock(), "[upstream {name}] {text}");
-        tail.push(text);
-    }
-}
-
-/// Locks a mutex whose data stays consistent even if a holder panicked (each holder does one
-/// assignment or read).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

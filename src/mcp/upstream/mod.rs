@@ -1,12 +1,15 @@
 //! Code mode's upstreams: the MCP servers whose tools sandboxed code may call, through the host.
 //!
 //! [`config`] reads which upstreams there are (flags and the `mcpServers` file clients already
-//! use); [`client`] connects to them as an MCP client and serves them to the sandbox as a
-//! [`ToolHost`](crate::toolcalls::ToolHost). Credentials (environment, headers) stay on the host:
-//! the sandbox sees only tools and their results.
+//! use); [`client`] serves them to the sandbox as a [`ToolHost`](crate::toolcalls::ToolHost),
+//! each an MCP client that `connect` starts (a child process or streamable HTTP) and whose calls
+//! `call` cancels and translates. Credentials (environment, headers) stay on the host: the
+//! sandbox sees only tools and their results.
 
+mod call;
 pub mod client;
 pub mod config;
+mod connect;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,6 +18,7 @@ use anyhow::Context as _;
 
 pub use self::client::{RESTART_INTERVAL, START_TIMEOUT, Upstreams};
 pub use self::config::{ConfigError, UpstreamSpec, UpstreamTransport};
+pub use self::connect::install_crypto_provider;
 use crate::toolcalls::{ToolAccess, ToolPolicy};
 
 /// The flags that give code access to upstream tools.
