@@ -92,12 +92,16 @@ pub const HOST_MODULE: i32 = 2;
 ///   [...]}`, one entry per finished call among `ids`: `{"id", "is_error", "structured",
 ///   "content"}` (the tool's result, MCP's JSON), or `{"id", "error": {"kind", "message"}}`
 ///   (`kind`: `unavailable`, `failed`, `too_large`, `invalid`).
+/// - [`TOOL_CALL`](service::TOOL_CALL), payload as for `TOOL_START`: starts the call and waits for
+///   it (until the run's end), answering with its `done` entry, or a refusal as `TOOL_START`'s.
+///   One frame instead of two for a call the code waits for at once.
 pub mod service {
     /// Payload: a module name; answer: that module's Python source, in UTF-8.
     pub const MODULE_SOURCE: u8 = b'M';
     pub const TOOL_LIST: u8 = b'L';
     pub const TOOL_START: u8 = b'T';
     pub const TOOL_WAIT: u8 = b'W';
+    pub const TOOL_CALL: u8 = b'C';
     /// The longest frame the host reads: a tool's arguments are at most this, JSON-encoded.
     pub const MAX_FRAME_BYTES: u32 = 1 << 20;
 }

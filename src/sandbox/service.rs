@@ -26,8 +26,11 @@ pub(super) async fn answer(
             "a tool call's arguments may take at most {} bytes as JSON; these take {len}",
             service::MAX_FRAME_BYTES
         )}});
-        return Ok(matches!(op, service::TOOL_START | service::TOOL_WAIT)
-            .then(|| refusal.to_string().into_bytes()));
+        return Ok(matches!(
+            op,
+            service::TOOL_START | service::TOOL_WAIT | service::TOOL_CALL
+        )
+        .then(|| refusal.to_string().into_bytes()));
     }
     let payload = read_guest(caller, ptr, len as i32, service::MAX_FRAME_BYTES)?;
     let state = caller.data_mut();
@@ -39,6 +42,10 @@ pub(super) async fn answer(
         service::TOOL_START if state.calls.enabled() => {
             let deadline = state.deadline;
             state.calls.start(&payload, deadline).await
+        }
+        service::TOOL_CALL if state.calls.enabled() => {
+            let deadline = state.deadline;
+            state.calls.call(&payload, deadline).await
         }
         service::TOOL_WAIT if state.calls.enabled() => {
             let deadline = state.deadline;

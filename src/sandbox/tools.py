@@ -115,7 +115,8 @@ def _send(op, message=None):
     if message is None:
         payload = b""
     else:
-        _check_depth(message)
+        if any(isinstance(v, (dict, list, tuple)) for v in message.get("arguments", {}).values()):
+            _check_depth(message)
         try:
             payload = _json.dumps(message, allow_nan=False, ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError) as e:
@@ -168,10 +169,10 @@ def _start(server, tool, arguments):
 
 def call(server, tool, /, **arguments):
     """Calls `tool` of `server` with `arguments` and returns its result (see `tools`)."""
-    id = _start(server, tool, arguments)
-    while True:
-        for done in _send(b"W", {"ids": [id], "timeout": None})["done"]:
-            return _result(done, server, tool)
+    if not isinstance(server, str) or not isinstance(tool, str):
+        raise TypeError("the server and tool are named by strings")
+    done = _send(b"C", {"server": server, "tool": tool, "arguments": arguments})
+    return _result(done, server, tool)
 
 
 async def acall(server, tool, /, **arguments):

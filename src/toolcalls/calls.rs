@@ -211,6 +211,23 @@ impl RunCalls {
         json!({ "id": id })
     }
 
+    /// Starts the call a `TOOL_CALL` frame asks for and waits for it, but never past `deadline`:
+    /// its `done` entry, or the refusal `start` gave (see `service::TOOL_CALL`).
+    pub(crate) async fn call(&mut self, payload: &[u8], deadline: Instant) -> Value {
+        let started = self.start(payload, deadline).await;
+        let Some(id) = started.get("id").and_then(Value::as_u64) else {
+            return started;
+        };
+        while !self.done.contains_key(&id) {
+            match tokio::time::timeout_at(deadline.into(), self.rx.recv()).await {
+                Ok(Some((done, result))) => self.finish(done, result),
+                // The run's time is up: it ends now, and the call with it.
+                Ok(None) | Err(_) => return refusal("failed", "the run's time limit was reached"),
+            }
+        }
+        self.done.remove(&id).expect("checked above")
+    }
+
     /// Waits as a `TOOL_WAIT` frame asks, but never past `deadline`, and answers with the calls
     /// among its ids that have finished (see `service::TOOL_WAIT`).
     pub(crate) async fn wait(&mut self, payload: &[u8], deadline: Instant) -> Value {

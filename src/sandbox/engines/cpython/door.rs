@@ -134,7 +134,11 @@ async fn answer(
             taken?;
             vec![if more { b'1' } else { b'0' }]
         }
-        frames::MODULE_SOURCE | frames::TOOL_LIST | frames::TOOL_START | frames::TOOL_WAIT => {
+        frames::MODULE_SOURCE
+        | frames::TOOL_LIST
+        | frames::TOOL_START
+        | frames::TOOL_WAIT
+        | frames::TOOL_CALL => {
             return service::answer(caller, op, payload, payload_len).await;
         }
         other => {

@@ -173,7 +173,7 @@ def _install():
     def host_allows(name):
         return host_answer(name) == b"1"
 
-    service_ops = (b"M", b"L", b"T", b"W")
+    service_ops = (b"M", b"L", b"T", b"W", b"C")
 
     def service(frame):
         """Sends a service frame (safe_python_protocol::service): what a module the host
