@@ -250,10 +250,22 @@ async fn server_everything_over_stdio() {
     client.cancel().await.unwrap();
 }
 
+/// Through `--upstream-config`, the `mcpServers` file of Claude Desktop and Cursor as it is: a
+/// disabled entry is skipped, and `${VAR}` comes from the environment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mcp_server_time_from_pypi() {
-    let upstream = format!("time={}", time_command());
-    let client = server(&["--upstream", &upstream]).await;
+async fn mcp_server_time_from_pypi_through_a_clients_config_file() {
+    let dir = crate::common::temp_dir("code-mode-config");
+    let config = dir.path().join("claude_desktop_config.json");
+    let entries = serde_json::json!({"mcpServers": {
+        "time": {"command": time_command(), "args": [], "env": {"TZ_NOTE": "${CODE_MODE_TEST_SECRET}"}},
+        "off": {"command": "/nonexistent/server", "disabled": true},
+    }});
+    std::fs::write(&config, entries.to_string()).unwrap();
+    let client = server(&["--upstream-config", config.to_str().unwrap()]).await;
+    assert_eq!(
+        value(&client, "import tools\ntry:\n    tools.call('off', 'x')\nexcept ValueError:\n    m = 'not configured'\nm").await,
+        "'not configured'"
+    );
     let zone = value(&client, "import tools, json\nr = tools.time.get_current_time(timezone='UTC')\nr = r if isinstance(r, dict) else json.loads(r)\nr['timezone']").await;
     assert_eq!(zone, "'UTC'");
     client.cancel().await.unwrap();
