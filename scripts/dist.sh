@@ -17,9 +17,6 @@
 # once instead of compiling the guest. Not in the bundle: Smithery takes bundles of 25 MB at most,
 # and the compiled guest alone is 39 MB zipped; the bundled server compiles it on first start.
 # Needs python3 (maturin and zig come from PyPI into target/dist-tools), node and npm.
-#
-# DIST_OPT_LEVEL (environment): builds the release profile at that opt-level instead of its own, 3,
-# which the release workflow ships. The long checks set 1 (scripts/long-checks.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -100,11 +97,7 @@ build() {
   cp "$guest" "$stage/wheel-data/scripts/"
   local zig=()
   [[ $platform == linux-* ]] && zig=(--zig --compatibility "manylinux_${glibc/./_}")
-  # DIST_OPT_LEVEL goes to the target's code only: build scripts and proc macros keep the
-  # build-override of Cargo.toml, so they stay the release profile's, which `cargo install` reuses.
-  local opt=()
-  [[ -n ${DIST_OPT_LEVEL:-} ]] && opt=("CARGO_PROFILE_RELEASE_OPT_LEVEL=$DIST_OPT_LEVEL")
-  env "${opt[@]}" maturin build --release --locked --target "$target" "${zig[@]}" --out "$dist"
+  maturin build --release --locked --target "$target" "${zig[@]}" --out "$dist"
   bin=$root/target/$target/release
 
   # The npm package of this platform.

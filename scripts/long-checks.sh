@@ -22,11 +22,5 @@ if [[ ${#need[@]} -gt 0 ]]; then
   apt-get update && apt-get install -y --no-install-recommends "${need[@]}"
 fi
 
-# scripts/dist.sh's three target builds at opt-level 1 instead of the release profile's 3: less
-# optimisation work in CI's longest step, and what they check (installs, glibc floor, DLLs, wine,
-# qemu, the first result within 3 s) does not depend on how far the host code is optimised. The
-# release workflow ships opt-level 3; `DIST_OPT_LEVEL=3 scripts/long-checks.sh dist` checks that.
-export DIST_OPT_LEVEL=${DIST_OPT_LEVEL:-1}
-
 # --nocapture: the checks print their figures (sizes, first-result times), which CI's log keeps.
 cargo test --locked --test long -- --test-threads=1 --nocapture "$@"

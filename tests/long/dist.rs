@@ -1,7 +1,7 @@
 //! The release artifacts, installed as users install them: `scripts/dist.sh` builds them all once
-//! (three release builds, at opt-level 1 under `scripts/long-checks.sh`: its `DIST_OPT_LEVEL`),
-//! then the wheel goes into a fresh uv tool directory, the npm tarballs into an empty prefix, and
-//! each starts the real server and answers `run_python`. The emulated platforms are in `emulated.rs`.
+//! (three release builds: about 15 minutes on 2 cores), then the wheel goes into a fresh uv tool
+//! directory, the npm tarballs into an empty prefix, and each starts the real server and answers
+//! `run_python`. The emulated platforms are in `emulated.rs`.
 
 use crate::common;
 use crate::common::client::{connect, run_python, text};
