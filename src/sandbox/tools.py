@@ -161,17 +161,19 @@ def _result(done, server, tool):
     return content
 
 
-def _start(server, tool, arguments):
+def _call_message(server, tool, arguments):
     if not isinstance(server, str) or not isinstance(tool, str):
         raise TypeError("the server and tool are named by strings")
-    return _send(b"T", {"server": server, "tool": tool, "arguments": arguments})["id"]
+    return {"server": server, "tool": tool, "arguments": arguments}
+
+
+def _start(server, tool, arguments):
+    return _send(b"T", _call_message(server, tool, arguments))["id"]
 
 
 def call(server, tool, /, **arguments):
     """Calls `tool` of `server` with `arguments` and returns its result (see `tools`)."""
-    if not isinstance(server, str) or not isinstance(tool, str):
-        raise TypeError("the server and tool are named by strings")
-    done = _send(b"C", {"server": server, "tool": tool, "arguments": arguments})
+    done = _send(b"C", _call_message(server, tool, arguments))
     return _result(done, server, tool)
 
 
