@@ -160,6 +160,12 @@ impl InputFiles {
         self.add(other.files.iter().map(|(p, b)| (p.clone(), b.clone())))
     }
 
+    #[cfg_attr(not(feature = "store"), allow(dead_code))]
+    /// Each file's path and bytes, in path order.
+    pub(crate) fn files(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.files.iter().map(|(p, b)| (p.as_str(), &b[..]))
+    }
+
     pub fn limits(&self) -> &FileLimits {
         &self.limits
     }

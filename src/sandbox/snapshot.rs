@@ -43,21 +43,51 @@ impl Snapshot {
             if page == base {
                 continue;
             }
-            if self.blocks.last().is_none_or(|b| b.len() == b.capacity()) {
-                let size = BLOCK_PAGES.min((live.len() - offset) / PAGE) * PAGE;
-                let mut block = blocks.next().unwrap_or_default();
-                block.clear();
-                block.shrink_to(size);
-                block.reserve_exact(size);
-                self.blocks.push(block);
-            }
-            self.offsets.push(offset);
-            self.blocks
-                .last_mut()
-                .expect("a block was pushed")
-                .extend_from_slice(page);
+            self.push(offset, page, &mut blocks);
         }
         self.offsets.shrink_to(self.offsets.len() * 2);
+    }
+
+    #[cfg_attr(not(feature = "store"), allow(dead_code))]
+    /// A snapshot of a memory of `len` bytes from its saved pages (a session read back from a
+    /// store), in increasing order of offset, each [`PAGE`] bytes and inside the memory: `None`
+    /// otherwise.
+    pub(crate) fn from_pages<'a>(
+        len: usize,
+        pages: impl IntoIterator<Item = (usize, &'a [u8])>,
+    ) -> Option<Snapshot> {
+        if len % PAGE != 0 {
+            return None;
+        }
+        let mut snapshot = Snapshot {
+            len,
+            ..Snapshot::default()
+        };
+        for (offset, page) in pages {
+            let after_last = snapshot.offsets.last().is_none_or(|&last| offset > last);
+            if !after_last || offset % PAGE != 0 || offset >= len || page.len() != PAGE {
+                return None;
+            }
+            snapshot.push(offset, page, &mut std::iter::empty());
+        }
+        Some(snapshot)
+    }
+
+    /// Appends the page at `offset`, in a new block (one of `spare` if any) when the last is full.
+    fn push(&mut self, offset: usize, page: &[u8], spare: &mut impl Iterator<Item = Vec<u8>>) {
+        if self.blocks.last().is_none_or(|b| b.len() == b.capacity()) {
+            let size = BLOCK_PAGES.min((self.len - offset) / PAGE) * PAGE;
+            let mut block = spare.next().unwrap_or_default();
+            block.clear();
+            block.shrink_to(size);
+            block.reserve_exact(size);
+            self.blocks.push(block);
+        }
+        self.offsets.push(offset);
+        self.blocks
+            .last_mut()
+            .expect("a block was pushed")
+            .extend_from_slice(page);
     }
 
     pub(crate) fn pages(&self) -> impl Iterator<Item = (usize, &[u8])> {

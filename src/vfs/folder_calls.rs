@@ -148,23 +148,59 @@ impl Folder {
 
     /// Every file, as its path from the folder and its bytes, in path order.
     pub(crate) fn files(&self) -> Vec<(String, Arc<Vec<u8>>)> {
+        self.entries_by_path()
+            .into_iter()
+            .filter_map(|(path, data)| Some((path, data?)))
+            .collect()
+    }
+
+    /// Every directory (`None`) and file (its bytes) by path, each directory before what it holds:
+    /// what [`Folder::rebuild`] makes the folder again from (a session kept in a store).
+    pub(crate) fn entries_by_path(&self) -> Vec<(String, Option<Arc<Vec<u8>>>)> {
         let mut out = Vec::new();
         self.collect(Self::ROOT, String::new(), &mut out);
         out
     }
 
-    fn collect(&self, dir: u64, prefix: String, out: &mut Vec<(String, Arc<Vec<u8>>)>) {
+    fn collect(&self, dir: u64, prefix: String, out: &mut Vec<(String, Option<Arc<Vec<u8>>>)>) {
         let Ok(entries) = self.entries(dir) else {
             return;
         };
         for (name, ino) in entries {
             let path = format!("{prefix}{name}");
             match self.nodes.get(ino) {
-                Some(Node::File(data)) => out.push((path, data.clone())),
-                Some(Node::Dir { .. }) => self.collect(*ino, format!("{path}/"), out),
+                Some(Node::File(data)) => out.push((path, Some(data.clone()))),
+                Some(Node::Dir { .. }) => {
+                    out.push((path.clone(), None));
+                    self.collect(*ino, format!("{path}/"), out);
+                }
                 None => {}
             }
         }
+    }
+
+    #[cfg_attr(not(feature = "store"), allow(dead_code))]
+    /// A folder holding `entries` (as [`Folder::entries_by_path`] lists them), made through the
+    /// same checks as the guest's own calls: names, depth, count and bytes stay within `limits`
+    /// whatever the entries say.
+    pub(crate) fn rebuild(
+        limits: super::folder::FolderLimits,
+        entries: impl IntoIterator<Item = (String, Option<Vec<u8>>)>,
+    ) -> Result<Folder, Errno> {
+        let mut folder = Folder::new(limits);
+        for (path, data) in entries {
+            match data {
+                None => folder.mkdir(Self::ROOT, &path)?,
+                Some(data) => {
+                    let opened = folder.open(Self::ROOT, &path, true, true, false)?;
+                    if opened.is_dir {
+                        return Err(Errno::Isdir);
+                    }
+                    folder.write(opened.ino, 0, &data, 0)?;
+                }
+            }
+        }
+        Ok(folder)
     }
 }
 
