@@ -38,6 +38,8 @@ pub mod output;
 pub mod policy;
 pub mod sandbox;
 pub mod session;
+#[cfg(feature = "store")]
+pub mod tls;
 pub mod toolcalls;
 pub(crate) mod vfs;
 

@@ -248,10 +248,9 @@ pub fn fuzz_server(cache_dir: Option<PathBuf>) -> PythonServer {
         argv.push("--cache-dir".into());
         argv.push(dir.into());
     }
-    PythonServer::start(
-        &Args::try_parse_from(argv).expect("the fuzz server's flags parse"),
-        None,
-    )
+    let args = Args::try_parse_from(argv).expect("the fuzz server's flags parse");
+    let sessions = args.sessions().expect("sessions in memory");
+    PythonServer::start(&args, None, sessions)
 }
 
 /// How long one session of fuzzed lines may take: past this the server hung. A call is stopped

@@ -30,6 +30,7 @@ mod tools;
 pub mod upstream;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
@@ -40,7 +41,10 @@ pub use self::schema::input_schema;
 pub use self::server::PythonServer;
 pub use self::tools::{MAX_CODE_BYTES, REPLY_OVERHEAD_BYTES, RUN_PYTHON, RunPythonArgs};
 use crate::flags::{SandboxFlags, parse_seconds};
-use crate::session::registry::SessionLimits;
+use crate::sandbox::files::FileLimits;
+use crate::session::registry::{Remote, SessionLimits, Sessions};
+use crate::session::store::format::Bounds;
+use crate::session::store::{SessionStore, StoreError};
 
 /// Run Python code for an AI assistant in a WebAssembly sandbox, over MCP (stdio or HTTP).
 #[derive(Debug, Parser)]
@@ -86,6 +90,20 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = SessionLimits::DEFAULT_IDLE.as_secs_f64(),
           value_parser = parse_seconds, env = "SAFE_PYTHON_SESSION_IDLE")]
     pub session_idle: f64,
+
+    /// Where sessions live: `memory` (this process), or `redis://HOST:PORT[/DB]` or `rediss://`
+    /// (TLS) for Redis or Valkey, so that every replica serves every session and sessions
+    /// outlive the process. The user name and password come from the URL, or from
+    /// SAFE_PYTHON_SESSION_STORE_USERNAME and SAFE_PYTHON_SESSION_STORE_PASSWORD. With a store,
+    /// --max-sessions bounds the sessions this process keeps warm, and --session-idle is how
+    /// long the store keeps one without a call.
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "memory",
+        env = "SAFE_PYTHON_SESSION_STORE"
+    )]
+    pub session_store: String,
 }
 
 impl Args {
@@ -94,6 +112,35 @@ impl Args {
             max: self.max_sessions.into(),
             idle: Duration::from_secs_f64(self.session_idle),
         }
+    }
+
+    /// The sessions, in this process or in the store `--session-store` names (not connected yet).
+    pub fn sessions(&self) -> Result<Arc<Sessions>, StoreError> {
+        let limits = self.session_limits();
+        if self.session_store == "memory" {
+            return Ok(Sessions::new(limits));
+        }
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let credentials = (
+            env("SAFE_PYTHON_SESSION_STORE_USERNAME"),
+            env("SAFE_PYTHON_SESSION_STORE_PASSWORD"),
+        );
+        let store = SessionStore::open(&self.session_store, credentials, limits.idle)?;
+        tracing::info!(store = store.shown(), "sessions are kept in the store");
+        let call = self.sandbox.run_options().limits;
+        Ok(Sessions::stored(
+            limits,
+            Remote {
+                store: Arc::new(store),
+                // A call waits for a worker after it has its session: room for that too.
+                lease: call.timeout * 2 + Duration::from_secs(30),
+                wait: call.timeout + Duration::from_secs(5),
+                bounds: Bounds {
+                    memory_bytes: call.memory_bytes,
+                    files: FileLimits::default(),
+                },
+            },
+        ))
     }
 }
 
@@ -149,7 +196,14 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let server = PythonServer::start(&args, tools);
+    let sessions = match args.sessions() {
+        Ok(sessions) => sessions,
+        Err(e) => {
+            eprintln!("safe-python-mcp: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let server = PythonServer::start(&args, tools, sessions);
     let served = match access {
         None => runtime.block_on(serve(server)),
         Some(access) => runtime

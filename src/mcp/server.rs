@@ -64,7 +64,7 @@ struct Inner {
 impl PythonServer {
     /// Starts preparing the sandbox (and listing the upstreams' tools, when `tools` has some) in
     /// the background and returns at once. Needs a tokio runtime.
-    pub fn start(args: &Args, tools: Option<ToolAccess>) -> Self {
+    pub fn start(args: &Args, tools: Option<ToolAccess>, sessions: Arc<Sessions>) -> Self {
         let (ready, sandbox) = watch::channel(None);
         let flags = args.sandbox.clone();
         std::thread::spawn(move || {
@@ -104,7 +104,7 @@ impl PythonServer {
             options,
             sandbox,
             slots: Semaphore::new(workers),
-            sessions: Sessions::new(session_limits),
+            sessions,
             log_level: Mutex::new(None),
         }))
     }

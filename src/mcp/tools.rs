@@ -225,7 +225,12 @@ fn session_note(s: &SessionReport) -> String {
         Some(Start::Reset) => format!("Session {id} was emptied before this call.\n"),
         None => String::new(),
     };
-    if s.rolled_back {
+    if let Some(reason) = &s.not_stored {
+        note.push_str(&format!(
+            "Session {id} is as it was before this call: the session store could not keep what \
+             this call did ({reason}).\n"
+        ));
+    } else if s.rolled_back {
         note.push_str(&format!(
             "Session {id} was restored to its state from before this call: nothing this call did was kept.\n"
         ));
@@ -250,6 +255,16 @@ mod tests {
                 .map_err(|e| e.message.into_owned())?;
         args.check()?;
         Ok(args)
+    }
+
+    /// The longest reason a session store's failure can give (its causes are cut to this).
+    fn huge_reason() -> String {
+        let cause = "\u{1b}\"".repeat(1000);
+        let e = crate::session::store::StoreError::Unavailable {
+            store: "redis://h:1/0".into(),
+            cause: crate::session::store::bounded(&cause),
+        };
+        e.to_string()
     }
 
     /// The worst a run can hand back: every field huge and full of control characters, a limit
@@ -283,6 +298,8 @@ mod tests {
             call: u64::MAX,
             started: Some(Start::New),
             rolled_back: true,
+            stored_bytes: Some(u64::MAX),
+            not_stored: Some(huge_reason()),
         };
         run_reply(&result, Some(session), &ImportPolicy::default())
     }

@@ -176,6 +176,10 @@ pub struct Sandbox {
     template: Arc<OnceCell<Option<Arc<Template>>>>,
     /// The instance pool, when the engine has one ([`crate::engine::pooled`]).
     pool: Option<Arc<Pool>>,
+    #[cfg_attr(not(feature = "store"), allow(dead_code))]
+    /// What a session's memory depends on, hashed when a session store first needs it (see
+    /// [`Sandbox::session_fingerprint`]).
+    fingerprint: Arc<OnceCell<[u8; 32]>>,
 }
 
 impl Sandbox {
@@ -217,6 +221,7 @@ impl Sandbox {
             pristine: Arc::default(),
             template: Arc::default(),
             pool: None,
+            fingerprint: Arc::default(),
         })
     }
 

@@ -145,6 +145,26 @@ impl Sandbox {
         self.pristine().await
     }
 
+    #[cfg_attr(not(feature = "store"), allow(dead_code))]
+    /// What a session's snapshot means something against: this server's version and the memory of
+    /// [`Self::session_base`], hashed once. Two servers agree on it when a snapshot taken by one
+    /// restores to the same state on the other (a session moved through a store).
+    pub(crate) async fn session_fingerprint(&self) -> Result<[u8; 32], SandboxError> {
+        let hash = self
+            .fingerprint
+            .get_or_try_init(|| async {
+                let base = self.session_base().await?;
+                let base = base.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut hasher = blake3::Hasher::new();
+                hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
+                hasher.update(&[0]);
+                hasher.update_rayon(base.memory().unwrap_or_default());
+                Ok::<_, SandboxError>(*hasher.finalize().as_bytes())
+            })
+            .await?;
+        Ok(*hash)
+    }
+
     /// A new instance holding `snapshot`, taken against [`Self::session_base`]: a session's
     /// rollback.
     pub(crate) async fn restore(

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
+use super::store::StoreError;
+use super::store::format::FormatError;
 use crate::sandbox::SandboxError;
 
 /// The `session` value that starts a new session.
@@ -119,6 +121,26 @@ pub enum SessionError {
          one has finished, or run the code without a session."
     )]
     Full { max: usize },
+    #[error(
+        "Session {id} is running another call, which has not finished after {}. Calls to one \
+         session run one at a time: try again when it has finished.",
+        minutes(.waited.as_secs_f64())
+    )]
+    Busy { id: SessionId, waited: Duration },
+    #[error(
+        "No session has the handle {id} in the session store: it never existed, or it expired \
+         after {} without a call, or the store lost it. {}",
+        minutes(.idle.as_secs_f64()),
+        START_ONE
+    )]
+    NotStored { id: SessionId, idle: Duration },
+    #[error(
+        "Session {id} cannot be restored: its stored state {reason}. {}",
+        START_ONE
+    )]
+    Unusable { id: SessionId, reason: FormatError },
+    #[error("{0}. Calls without a session still work.")]
+    Store(#[from] StoreError),
     #[error("cannot draw a session handle from the operating system's random source: {0}")]
     Random(getrandom::Error),
     #[error(transparent)]

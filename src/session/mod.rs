@@ -25,6 +25,7 @@ use std::time::Instant;
 
 mod handle;
 pub mod registry;
+pub mod store;
 
 use crate::outcome::RunResult;
 use crate::sandbox::files::{self, InputFiles};
@@ -61,6 +62,9 @@ pub struct Session {
     inputs: Option<InputFiles>,
     /// The input files and `/out` as they were when the snapshot was taken.
     saved_files: Option<(InputFiles, Folder)>,
+    #[cfg_attr(not(feature = "store"), allow(dead_code))]
+    /// Which version of the session in the store ([`store`]) the snapshot is: 0 when none.
+    version: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +91,35 @@ impl Session {
             memory_bytes: 0,
             inputs: None,
             saved_files: None,
+            version: 0,
         })
+    }
+
+    #[cfg_attr(not(feature = "store"), allow(dead_code))]
+    /// A session in the state a store kept ([`store::format`]), restored by its next call.
+    pub(crate) async fn from_state(
+        sandbox: &Sandbox,
+        state: store::format::State,
+    ) -> Result<Session, SandboxError> {
+        Ok(Session {
+            pristine: sandbox.session_base().await?,
+            // Never run: the next call's [`Session::recover`] replaces it.
+            instance: Instance::new(sandbox)?,
+            sandbox: sandbox.clone(),
+            snapshot: Arc::new(state.snapshot),
+            state: State::Interrupted,
+            calls: 0,
+            memory_bytes: 0,
+            inputs: None,
+            saved_files: state.files,
+            version: 0,
+        })
+    }
+
+    /// The state a store keeps, as of the last [`Session::save`]: the snapshot, and the files.
+    #[cfg_attr(not(feature = "store"), allow(dead_code))]
+    pub(crate) fn saved(&self) -> (&Snapshot, Option<&(InputFiles, Folder)>) {
+        (&self.snapshot, self.saved_files.as_ref())
     }
 
     /// Runs `code` in this session's `__main__`. A Python exception keeps whatever the code did

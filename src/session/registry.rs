@@ -34,6 +34,10 @@ use crate::sandbox::Sandbox;
 
 mod lease;
 pub use lease::{Lease, LeaseRun};
+#[cfg(feature = "store")]
+mod remote;
+#[cfg(feature = "store")]
+pub use remote::Remote;
 
 /// How many sessions may live, and for how long without a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +87,12 @@ pub struct SessionReport {
     pub started: Option<Start>,
     /// The call hit a limit and was undone: the session is as it was before the call.
     pub rolled_back: bool,
+    /// Bytes of the session's state as the session store now holds it (with `--session-store`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stored_bytes: Option<u64>,
+    /// Why the session store could not keep what this call did: the call was then undone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_stored: Option<String>,
 }
 
 /// Why a session was dropped.
@@ -108,6 +118,9 @@ pub struct Sessions {
     /// Told each time a session has finished what its last call left behind (see
     /// [`Entry::finishing`]).
     finished: Notify,
+    /// The store that keeps the sessions, if not this process: those here are then a warm cache.
+    #[cfg(feature = "store")]
+    remote: Option<Remote>,
 }
 
 struct Registry {
@@ -159,14 +172,29 @@ enum NoRoom {
 impl Sessions {
     /// An empty set of sessions, with a thread that drops idle ones (it stops when the set does).
     pub fn new(limits: SessionLimits) -> Arc<Sessions> {
-        let sessions = Arc::new(Sessions {
+        Self::start(Sessions {
             limits,
             registry: Mutex::new(Registry {
                 live: LruCache::unbounded(),
                 gone: LruCache::new(GONE_REMEMBERED),
             }),
             finished: Notify::new(),
-        });
+            #[cfg(feature = "store")]
+            remote: None,
+        })
+    }
+
+    /// Sessions kept in `remote`; `limits.max` bounds those this process keeps warm.
+    #[cfg(feature = "store")]
+    pub fn stored(limits: SessionLimits, remote: Remote) -> Arc<Sessions> {
+        let mut sessions = Arc::into_inner(Self::new(limits)).expect("not shared yet");
+        sessions.remote = Some(remote);
+        Self::start(sessions)
+    }
+
+    fn start(sessions: Sessions) -> Arc<Sessions> {
+        let limits = sessions.limits;
+        let sessions = Arc::new(sessions);
         let weak: Weak<Sessions> = Arc::downgrade(&sessions);
         let every = (limits.idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(30));
         let spawned = std::thread::Builder::new()
@@ -194,12 +222,26 @@ impl Sessions {
         reset: bool,
         sandbox: &Sandbox,
     ) -> Result<Lease, SessionError> {
+        #[cfg(feature = "store")]
+        if let Some(remote) = &self.remote {
+            return remote.checkout(self, request, reset, sandbox).await;
+        }
+        self.checkout_here(request, reset, sandbox).await
+    }
+
+    /// [`Sessions::checkout`] of a session this process keeps.
+    async fn checkout_here(
+        self: &Arc<Self>,
+        request: SessionRequest,
+        reset: bool,
+        sandbox: &Sandbox,
+    ) -> Result<Lease, SessionError> {
         self.expire_idle();
         let (id, (shared, finishing), mut started) = match request {
             SessionRequest::New => {
                 let fresh = Arc::new(tokio::sync::Mutex::new(Session::new(sandbox).await?));
                 let finishing = Arc::default();
-                let id = self.admit_when_room(&fresh, &finishing).await?;
+                let id = self.admit_when_room(None, &fresh, &finishing).await?;
                 (id, (fresh, finishing), Some(Start::New))
             }
             SessionRequest::Continue(id) => (id, self.find(id)?, None),
@@ -216,6 +258,8 @@ impl Sessions {
             started,
             session,
             finishing,
+            #[cfg(feature = "store")]
+            claim: None,
         })
     }
 
@@ -223,6 +267,7 @@ impl Sessions {
     /// call (at most [`FINISHING_WAIT`]); when all are running calls, it is refused at once.
     async fn admit_when_room(
         &self,
+        id: Option<SessionId>,
         session: &Shared,
         finishing: &Arc<AtomicBool>,
     ) -> Result<SessionId, SessionError> {
@@ -233,7 +278,7 @@ impl Sessions {
             tokio::pin!(finished);
             finished.as_mut().enable();
             let patient = tokio::time::Instant::now() < deadline;
-            match self.admit(session.clone(), finishing.clone(), patient) {
+            match self.admit(id, session.clone(), finishing.clone(), patient) {
                 Ok(id) => return Ok(id),
                 Err(NoRoom::Refused(e)) => return Err(e),
                 Err(NoRoom::Soon) => {
@@ -243,10 +288,12 @@ impl Sessions {
         }
     }
 
-    /// Registers a new session under a fresh handle, making room if needed (`patient`: by waiting
-    /// for the least recently used session if it is only finishing its last call).
+    /// Registers a new session under `id` (a session read from the store) or a fresh handle,
+    /// making room if needed (`patient`: by waiting for the least recently used session if it is
+    /// only finishing its last call).
     fn admit(
         &self,
+        id: Option<SessionId>,
         session: Shared,
         finishing: Arc<AtomicBool>,
         patient: bool,
@@ -263,11 +310,9 @@ impl Sessions {
                 }
             };
         }
-        let id = loop {
-            let id = SessionId::random().map_err(|e| NoRoom::Refused(SessionError::Random(e)))?;
-            if !registry.live.contains(&id) && !registry.gone.contains(&id) {
-                break id;
-            }
+        let id = match id {
+            Some(id) => id,
+            None => registry.new_handle().map_err(NoRoom::Refused)?,
         };
         registry.live.push(
             id,
@@ -339,6 +384,16 @@ impl Sessions {
 }
 
 impl Registry {
+    /// A handle no session here has or had.
+    fn new_handle(&self) -> Result<SessionId, SessionError> {
+        loop {
+            let id = SessionId::random().map_err(SessionError::Random)?;
+            if !self.live.contains(&id) && !self.gone.contains(&id) {
+                return Ok(id);
+            }
+        }
+    }
+
     /// Drops the least recently used session no call is using, unless (`patient`) the least
     /// recently used of those not running a call is only finishing its last one.
     fn evict_one(&mut self, patient: bool) -> Eviction {

@@ -20,6 +20,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
 use tokio::process::ChildStderr;
 
 use super::config::{UpstreamSpec, UpstreamTransport};
+use crate::tls::install_crypto_provider;
 use crate::toolcalls::ToolInfo;
 
 /// The lines of an upstream's stderr kept to explain its failure, and the length kept of each.
@@ -141,20 +142,6 @@ pub(super) async fn connect(
         tools,
         tail,
     })
-}
-
-/// Installs ring as the process's default rustls crypto provider, unless one is installed already.
-///
-/// The HTTP upstreams' client (reqwest, built with rustls but no provider, so that aws-lc-rs, a C
-/// build, stays out) takes the process's default and panics building a client when there is none,
-/// for http:// as for https://. Whoever else builds a reqwest client in a process that links this
-/// crate (the tests' rmcp clients) calls this first. Idempotent and cheap after the first call.
-pub fn install_crypto_provider() {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        // An error means another provider was installed first, which serves as well.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
 }
 
 /// Why `name`'s initialize failed, with the cause rmcp's message leaves out (its message stops at

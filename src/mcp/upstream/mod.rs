@@ -18,7 +18,7 @@ use anyhow::Context as _;
 
 pub use self::client::{RESTART_INTERVAL, START_TIMEOUT, Upstreams};
 pub use self::config::{ConfigError, UpstreamSpec, UpstreamTransport};
-pub use self::connect::install_crypto_provider;
+pub use crate::tls::install_crypto_provider;
 use crate::toolcalls::{ToolAccess, ToolPolicy};
 
 /// The flags that give code access to upstream tools.

@@ -19,6 +19,9 @@ pub struct Lease {
     pub(super) session: OwnedMutexGuard<Session>,
     /// The session's [`super::Entry::finishing`].
     pub(super) finishing: Arc<AtomicBool>,
+    /// The session's lease in the store, when sessions are kept in one.
+    #[cfg(feature = "store")]
+    pub(super) claim: Option<crate::session::store::Claim>,
 }
 
 /// How a call in a session went (see [`Lease::run`]).
@@ -48,27 +51,46 @@ impl Lease {
             ran = self.session.run(code, options) => ran,
             () = cancelled => {
                 let mut after = Aftermath::new(self.sessions, self.session, self.finishing);
+                #[cfg(feature = "store")]
+                let claim = self.claim;
                 tokio::spawn(async move {
                     if let Err(e) = after.session().recover().await {
                         // The session stays marked unfinished: its next call tries again.
                         tracing::warn!("cannot undo a cancelled session call yet: {e:#}");
                     }
+                    // The store keeps the state from before the call; dropping the lease frees it.
+                    #[cfg(feature = "store")]
+                    drop(claim);
                 });
                 return Ok(None);
             }
         };
         self.sessions.touch(self.id);
+        let ran = ran?;
+        #[cfg_attr(not(feature = "store"), allow(unused_mut))]
+        let mut session = SessionReport {
+            id: self.id,
+            call: ran.call,
+            started: self.started,
+            rolled_back: ran.rolled_back,
+            stored_bytes: None,
+            not_stored: None,
+        };
+        #[cfg(feature = "store")]
+        if let Some(claim) = self.claim {
+            // Stored before the reply: once a caller has seen a call's result, any replica runs the
+            // next call on the state that call left.
+            super::remote::store(self.session, claim, &mut session).await?;
+            return Ok(Some(LeaseRun {
+                result: ran.result,
+                session,
+            }));
+        }
         let mut after = Aftermath::new(self.sessions.clone(), self.session, self.finishing);
         tokio::task::spawn_blocking(move || after.session().save());
-        let ran = ran?;
         Ok(Some(LeaseRun {
             result: ran.result,
-            session: SessionReport {
-                id: self.id,
-                call: ran.call,
-                started: self.started,
-                rolled_back: ran.rolled_back,
-            },
+            session,
         }))
     }
 }

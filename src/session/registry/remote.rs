@@ -1,0 +1,165 @@
+//! The life cycle of a call when sessions are kept in a store ([`crate::session::store`]): the
+//! sessions of this process are then a warm cache, used only while the store holds the same
+//! version of them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OwnedMutexGuard;
+
+use super::{Lease, SessionError, SessionId, SessionReport, SessionRequest, Sessions, Start};
+use crate::sandbox::{Sandbox, SandboxError};
+use crate::session::Session;
+use crate::session::store::format::{self, Bounds};
+use crate::session::store::{Claim, SessionStore};
+
+/// A [`Session::version`] that no stored version equals: the session here must be read again.
+const STALE: u64 = u64::MAX;
+
+/// The store, and what a call in it may take.
+pub struct Remote {
+    pub store: Arc<SessionStore>,
+    /// How long a call holds its session's lease at most: past it, another call may take the
+    /// session, and this one's state is not written (a replica that died frees it this way).
+    pub lease: Duration,
+    /// How long a call waits for its session while another call runs in it.
+    pub wait: Duration,
+    /// What a stored session may hold: this server's limits.
+    pub bounds: Bounds,
+}
+
+impl Remote {
+    /// [`Sessions::checkout`] of a stored session: takes its lease, then uses the warm session
+    /// here if it is the stored version, or reads it.
+    pub(super) async fn checkout(
+        &self,
+        sessions: &Arc<Sessions>,
+        request: SessionRequest,
+        reset: bool,
+        sandbox: &Sandbox,
+    ) -> Result<Lease, SessionError> {
+        let id = match request {
+            SessionRequest::New => {
+                let mut lease = sessions.checkout_here(request, false, sandbox).await?;
+                let claim = self.claim(lease.id).await?;
+                // A handle is 128 random bits: a stored session under it means a broken source.
+                if claim.version != 0 {
+                    return Err(SessionError::Random(getrandom::Error::UNEXPECTED));
+                }
+                lease.claim = Some(claim);
+                return Ok(lease);
+            }
+            SessionRequest::Continue(id) => id,
+        };
+        let claim = self.claim(id).await?;
+        if claim.version == 0 {
+            return Err(SessionError::NotStored {
+                id,
+                idle: sessions.limits.idle,
+            });
+        }
+        let (shared, finishing) = match sessions.find(id) {
+            Ok(found) => found,
+            Err(_) => {
+                let session = Session::new(sandbox).await?;
+                let shared = Arc::new(tokio::sync::Mutex::new(session));
+                let finishing = Arc::default();
+                sessions
+                    .admit_when_room(Some(id), &shared, &finishing)
+                    .await?;
+                (shared, finishing)
+            }
+        };
+        let mut session = shared.lock_owned().await;
+        let mut started = None;
+        if reset {
+            *session = Session::new(sandbox).await?;
+            started = Some(Start::Reset);
+        } else if session.version != claim.version {
+            *session = self.read(id, &claim, sandbox).await?;
+        }
+        session.version = claim.version;
+        session.calls = claim.calls;
+        Ok(Lease {
+            sessions: sessions.clone(),
+            id,
+            started,
+            session,
+            finishing,
+            claim: Some(claim),
+        })
+    }
+
+    /// Takes session `id`'s lease, waiting while another call holds it.
+    async fn claim(&self, id: SessionId) -> Result<Claim, SessionError> {
+        self.store
+            .claim(id, self.lease, self.wait)
+            .await?
+            .ok_or(SessionError::Busy {
+                id,
+                waited: self.wait,
+            })
+    }
+
+    /// Session `id` as the store holds it.
+    async fn read(
+        &self,
+        id: SessionId,
+        claim: &Claim,
+        sandbox: &Sandbox,
+    ) -> Result<Session, SessionError> {
+        let blob = claim.load().await?.ok_or(SessionError::NotStored {
+            id,
+            idle: self.store.idle(),
+        })?;
+        let fingerprint = sandbox.session_fingerprint().await?;
+        let bounds = self.bounds;
+        let state =
+            tokio::task::spawn_blocking(move || format::decode(&blob, &fingerprint, bounds))
+                .await
+                .map_err(|e| SandboxError::Setup(wasmtime::Error::msg(e.to_string())))?
+                .map_err(|reason| SessionError::Unusable { id, reason })?;
+        Ok(Session::from_state(sandbox, state).await?)
+    }
+}
+
+/// Records what a call did in the store, before its reply: the new state if the call changed the
+/// session (or started or emptied it), otherwise just the end of the lease. A state the store
+/// cannot take is undone here too, and `report` says why.
+pub(super) async fn store(
+    session: OwnedMutexGuard<Session>,
+    claim: Claim,
+    report: &mut SessionReport,
+) -> Result<(), SandboxError> {
+    if report.rolled_back && report.started.is_none() {
+        if let Err(e) = claim.release(Some(session.calls)).await {
+            tracing::warn!("{e}");
+        }
+        return Ok(());
+    }
+    let fingerprint = session.sandbox.session_fingerprint().await?;
+    // Comparing the pages and compressing them takes milliseconds: not on an async worker.
+    let (mut session, blob) = tokio::task::spawn_blocking(move || {
+        let mut session = session;
+        session.save();
+        let (snapshot, files) = session.saved();
+        let blob = format::encode(&fingerprint, snapshot, files);
+        (session, blob)
+    })
+    .await
+    .map_err(|e| SandboxError::Setup(wasmtime::Error::msg(e.to_string())))?;
+    match claim.commit(&blob, session.calls).await {
+        Ok(version) => {
+            session.version = version;
+            report.stored_bytes = Some(blob.len() as u64);
+        }
+        Err(e) => {
+            tracing::warn!(reason = %e, "a session's state was not stored");
+            // The store has the state from before the call: the next call reads it.
+            session.version = STALE;
+            report.rolled_back = true;
+            report.not_stored = Some(e.to_string());
+        }
+    }
+    Ok(())
+}
