@@ -3,13 +3,13 @@
 //! an import question and to a report, which each engine's own imports call.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use safe_python_protocol as protocol;
 use wasmtime::{Caller, Extern, Linker, Memory, ResourceLimiter, Trap};
 use wasmtime_wasi::p1::WasiP1Ctx;
-use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, I32Exit, WasiCtxBuilder};
 
 use crate::outcome::ImageCollector;
 use crate::outcome::classify::HostRecords;
@@ -47,6 +47,9 @@ pub(crate) struct HostState {
     pub(super) calls: RunCalls,
     /// The answer to the RustPython guest's last service frame, until it fetches it.
     pub(super) service_answer: Vec<u8>,
+    /// Where `random_get` draws from in a [reproducible](HostState::make_reproducible) instance;
+    /// `None`: the operating system's random source.
+    pub(super) replayed_random: Option<blake3::OutputReader>,
 }
 
 impl HostState {
@@ -60,6 +63,7 @@ impl HostState {
             .stderr(sink.stream(Stream::Stderr))
             .build_p1();
         HostState {
+            replayed_random: None,
             wasi,
             files,
             rescan: false,
@@ -77,6 +81,24 @@ impl HostState {
             calls: RunCalls::default(),
             service_answer: Vec::new(),
         }
+    }
+
+    /// Makes the instance's run come out the same in every process: its random bytes are a fixed
+    /// stream and its clocks tick one microsecond per reading from a fixed time. For an engine's
+    /// template, before it is instantiated, so that its memory (which sessions are snapshots
+    /// against) is the same on every replica of the server, and a session stored by one restores
+    /// on another. What that fixes was never secret: every call of a process starts from the same
+    /// template, and each call's first run draws fresh seeds for `random` (the drivers do).
+    pub(super) fn make_reproducible(&mut self) {
+        let clock = TickingClock::default();
+        self.wasi = WasiCtxBuilder::new()
+            .stdout(self.sink.stream(Stream::Stdout))
+            .stderr(self.sink.stream(Stream::Stderr))
+            .wall_clock(clock.clone())
+            .monotonic_clock(clock)
+            .build_p1();
+        let stream = blake3::Hasher::new_derive_key("safe-python-executor template random");
+        self.replayed_random = Some(stream.finalize_xof());
     }
 
     /// Whether user code may import `name` (raw bytes from the guest), as the protocol answers
@@ -113,6 +135,41 @@ impl HostState {
             protocol_fault: self.protocol_fault.as_deref(),
             memory_denied: self.limiter.denied,
         }
+    }
+}
+
+/// The clocks of a reproducible instance ([`HostState::make_reproducible`]): 2026-01-01 at the
+/// first reading, one microsecond later at each next one (code that waits for time to pass still
+/// sees it pass).
+/// The wall clock and the monotonic one share their readings.
+#[derive(Default, Clone)]
+struct TickingClock(Arc<AtomicU64>);
+
+impl TickingClock {
+    const START: Duration = Duration::from_secs(1_767_225_600);
+
+    fn tick(&self) -> Duration {
+        Self::START + Duration::from_micros(self.0.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+impl HostWallClock for TickingClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_micros(1)
+    }
+
+    fn now(&self) -> Duration {
+        self.tick()
+    }
+}
+
+impl HostMonotonicClock for TickingClock {
+    fn resolution(&self) -> u64 {
+        1_000
+    }
+
+    fn now(&self) -> u64 {
+        self.tick().as_nanos() as u64
     }
 }
 
@@ -214,7 +271,7 @@ pub(super) fn add_wasi_overrides_to_linker(linker: &mut Linker<HostState>) -> wa
         |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| -> wasmtime::Result<i32> {
             let deadline = caller.data().deadline;
             let memory = memory(&mut caller)?;
-            let data = memory.data_mut(&mut caller);
+            let (data, state) = memory.data_and_store_mut(&mut caller);
             let (start, len) = (ptr as u32 as usize, len as u32 as usize);
             let Some(buf) = start
                 .checked_add(len)
@@ -222,6 +279,10 @@ pub(super) fn add_wasi_overrides_to_linker(linker: &mut Linker<HostState>) -> wa
             else {
                 return Ok(ERRNO_FAULT);
             };
+            if let Some(stream) = &mut state.replayed_random {
+                stream.fill(buf);
+                return Ok(0);
+            }
             for chunk in buf.chunks_mut(RANDOM_CHUNK) {
                 if Instant::now() > deadline {
                     return Err(Trap::Interrupt.into());

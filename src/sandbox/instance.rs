@@ -11,6 +11,7 @@ use super::host::{HostState, MemoryLimiter};
 use super::pool::Allocation;
 use super::{BoxFuture, RunOptions, Sandbox, SandboxError};
 use crate::engine::{self, Metering};
+use crate::limits::Limits;
 use crate::outcome::{ImageCollector, Limit, Outcome, RunResult, Stats, classify};
 use crate::toolcalls::calls::RunCalls;
 
@@ -127,16 +128,32 @@ impl Instance {
         pages: impl Iterator<Item = (usize, &'a [u8])>,
     ) -> Result<Instance, SandboxError> {
         let mut instance = Instance::new(sandbox)?;
-        instance.store.data_mut().limiter.max = memory_bytes;
-        // Instantiation runs no user code; give it what it needs.
-        engine::arm(&mut instance.store, sandbox.metering(), u64::MAX)
-            .map_err(SandboxError::Setup)?;
-        let memory = instance
-            .instantiate(sandbox)
-            .await
-            .map_err(SandboxError::Setup)?;
+        let memory = instance.instantiate_now(sandbox, memory_bytes).await?;
         instance.write_pages(memory, len, pages)?;
         Ok(instance)
+    }
+
+    /// A new instance, instantiated, whose run comes out the same in every process (see
+    /// [`HostState::make_reproducible`]): what an engine's template is made from.
+    pub(crate) async fn reproducible(sandbox: &Sandbox) -> Result<Instance, SandboxError> {
+        let mut instance = Instance::new(sandbox)?;
+        instance.store.data_mut().make_reproducible();
+        instance
+            .instantiate_now(sandbox, Limits::MAX_MEMORY_BYTES)
+            .await?;
+        Ok(instance)
+    }
+
+    /// Instantiates the module with a memory cap of `memory_bytes`.
+    async fn instantiate_now(
+        &mut self,
+        sandbox: &Sandbox,
+        memory_bytes: usize,
+    ) -> Result<Memory, SandboxError> {
+        self.store.data_mut().limiter.max = memory_bytes;
+        // Instantiation runs no user code; give it what it needs.
+        engine::arm(&mut self.store, sandbox.metering(), u64::MAX).map_err(SandboxError::Setup)?;
+        self.instantiate(sandbox).await.map_err(SandboxError::Setup)
     }
 
     /// A new instance whose memory is `image`, mapped copy-on-write (an engine's template), then

@@ -4,46 +4,17 @@
 
 use std::time::{Duration, Instant};
 
-use rmcp::ClientHandler;
-use rmcp::model::ProtocolVersion;
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::service::ClientLifecycleMode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::client::{Began, Client, handle_in, run_python, structured};
-use crate::common::http::HttpServer as Server;
+use crate::common::client::{Began, handle_in, run_python, structured};
+use crate::common::http::{HttpServer as Server, modern};
 use crate::common::spawn::mcp_server;
 
 /// A token long enough to be accepted.
 const TOKEN: &str = "0123456789abcdef-test-token";
 
 impl Server {
-    /// An rmcp client over HTTP, with `lifecycle`, sending `token` if any.
-    async fn client(&self, lifecycle: ClientLifecycleMode, token: Option<&str>) -> Client {
-        self.client_with((), lifecycle, token).await
-    }
-
-    /// [`Server::client`], with `handler` taking the server's notifications.
-    async fn client_with<H: ClientHandler>(
-        &self,
-        handler: H,
-        lifecycle: ClientLifecycleMode,
-        token: Option<&str>,
-    ) -> Client<H> {
-        // reqwest has rustls without a provider of its own (see the function).
-        safe_python_executor::mcp::upstream::install_crypto_provider();
-        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url());
-        if let Some(token) = token {
-            config = config.auth_header(token);
-        }
-        let transport = StreamableHttpClientTransport::from_config(config);
-        handler
-            .serve_with_lifecycle(transport, lifecycle)
-            .await
-            .expect("the server answers the client's lifecycle")
-    }
-
     /// Sends `head` (request line and headers, without the blank line) and `body`, and returns
     /// the response's status and all of its text.
     async fn raw(&self, head: &str, body: &str) -> (u16, String) {
@@ -79,12 +50,6 @@ fn has_header(response: &str, line: &str) -> bool {
     response
         .to_ascii_lowercase()
         .contains(&format!("\r\n{line}"))
-}
-
-fn modern() -> ClientLifecycleMode {
-    ClientLifecycleMode::Discover {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-    }
 }
 
 fn loopback(extra: &[&str]) -> Server {

@@ -33,6 +33,8 @@ mod scale;
 mod schema;
 mod semantics;
 mod session;
+#[cfg(unix)]
+mod session_store;
 mod template;
 mod upstream;
 mod versions;

@@ -6,7 +6,21 @@ use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use rmcp::ClientHandler;
+use rmcp::model::ProtocolVersion;
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+use super::client::Client;
 use super::spawn::mcp_server;
+
+/// The 2026-07-28 lifecycle: no `initialize`, each request on its own.
+pub fn modern() -> ClientLifecycleMode {
+    ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    }
+}
 
 pub struct HttpServer {
     pub child: Child,
@@ -53,6 +67,31 @@ impl HttpServer {
 
     pub fn url(&self) -> String {
         format!("http://{}/mcp", self.addr)
+    }
+
+    /// An rmcp client over HTTP, with `lifecycle`, sending `token` if any.
+    pub async fn client(&self, lifecycle: ClientLifecycleMode, token: Option<&str>) -> Client {
+        self.client_with((), lifecycle, token).await
+    }
+
+    /// [`HttpServer::client`], with `handler` taking the server's notifications.
+    pub async fn client_with<H: ClientHandler>(
+        &self,
+        handler: H,
+        lifecycle: ClientLifecycleMode,
+        token: Option<&str>,
+    ) -> Client<H> {
+        // reqwest has rustls without a provider of its own (see the function).
+        safe_python_executor::mcp::upstream::install_crypto_provider();
+        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url());
+        if let Some(token) = token {
+            config = config.auth_header(token);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        handler
+            .serve_with_lifecycle(transport, lifecycle)
+            .await
+            .expect("the server answers the client's lifecycle")
     }
 
     /// Waits for the process to end, at most `limit`.

@@ -8,6 +8,8 @@
 pub mod client;
 pub mod http;
 pub mod raw;
+#[cfg(unix)]
+pub mod redis;
 pub mod spawn;
 pub mod upstreams;
 

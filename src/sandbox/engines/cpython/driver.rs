@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use wasmtime::{Memory, Store, TypedFunc};
 
 use super::door;
-use crate::limits::Limits;
 use crate::policy::ImportPolicy;
 use crate::sandbox::host::HostState;
 use crate::sandbox::{BoxFuture, Entry, Instance, Sandbox, SandboxError};
@@ -106,8 +105,8 @@ fn turns(instance: &mut Instance) -> Result<(Turns, Memory), SandboxError> {
 /// A new instance whose driver is installed and which has run no call: what the template is
 /// built on. Its budget is instantiation's, and its output is dropped.
 pub(super) async fn with_driver(sandbox: &Sandbox) -> Result<Instance, SandboxError> {
-    let mut instance =
-        Instance::with_memory(sandbox, Limits::MAX_MEMORY_BYTES, 0, std::iter::empty()).await?;
+    // The template is made from it: the same memory on every replica (see the function).
+    let mut instance = Instance::reproducible(sandbox).await?;
     instance.store.data().sink.begin(usize::MAX, None);
     let (mut turns, memory) = turns(&mut instance)?;
     turns

@@ -1,0 +1,104 @@
+//! A real `redis-server` on loopback for the session-store tests and benches (Debian's package:
+//! `.ci/run` installs it), stopped when dropped.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Redis {
+    child: Option<Child>,
+    pub port: u16,
+    /// Where it keeps its append-only file, when it persists.
+    dir: tempfile::TempDir,
+    persistent: bool,
+}
+
+impl Redis {
+    /// A server on a free loopback port; `persistent`: it writes every change to its append-only
+    /// file before answering, so that a restart keeps them.
+    pub fn start(persistent: bool) -> Redis {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut redis = Redis {
+            child: None,
+            port,
+            dir: super::temp_dir("redis"),
+            persistent,
+        };
+        redis.restart();
+        redis
+    }
+
+    /// The `--session-store` URL of this server.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Starts the server again on the same port (after [`Redis::stop`]), and waits until it answers.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let appendonly = if self.persistent { "yes" } else { "no" };
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", appendonly, "--appendfsync", "always"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (Debian's package redis-server; .ci/run installs it)");
+        self.child = Some(child);
+        let start = Instant::now();
+        while self.cli(&["PING"]).stdout != b"PONG\n" {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "redis-server does not answer"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the server (SIGTERM: it writes what it must and exits) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = libc::pid_t::try_from(child.id()).unwrap();
+            // SAFETY: kill(2) on our own child, not yet reaped.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            child.wait().unwrap();
+        }
+    }
+
+    /// `redis-cli` with `args` against this server.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs")
+    }
+
+    /// `redis-cli` with `args`, which must succeed: its output, trimmed.
+    pub fn query(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
