@@ -56,7 +56,7 @@ impl Snapshot {
         len: usize,
         pages: impl IntoIterator<Item = (usize, &'a [u8])>,
     ) -> Option<Snapshot> {
-        if len % PAGE != 0 {
+        if !len.is_multiple_of(PAGE) {
             return None;
         }
         let mut snapshot = Snapshot {
@@ -65,7 +65,7 @@ impl Snapshot {
         };
         for (offset, page) in pages {
             let after_last = snapshot.offsets.last().is_none_or(|&last| offset > last);
-            if !after_last || offset % PAGE != 0 || offset >= len || page.len() != PAGE {
+            if !after_last || !offset.is_multiple_of(PAGE) || offset >= len || page.len() != PAGE {
                 return None;
             }
             snapshot.push(offset, page, &mut std::iter::empty());

@@ -24,8 +24,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
-use schemars::JsonSchema;
-use serde::Serialize;
 use tokio::sync::Notify;
 
 use super::Session;
@@ -33,67 +31,15 @@ pub use super::handle::{NEW, SESSION_PATTERN, SessionError, SessionId, SessionRe
 use crate::sandbox::Sandbox;
 
 mod lease;
+mod limits;
+mod report;
 pub use lease::{Lease, LeaseRun};
+pub use limits::SessionLimits;
+pub use report::{SessionReport, Start};
 #[cfg(feature = "store")]
 mod remote;
 #[cfg(feature = "store")]
 pub use remote::Remote;
-
-/// How many sessions may live, and for how long without a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionLimits {
-    /// Sessions alive at once. Default: 16.
-    pub max: usize,
-    /// A session with no call for this long is dropped. Default: 30 minutes.
-    pub idle: Duration,
-}
-
-impl SessionLimits {
-    pub const DEFAULT_MAX: usize = 16;
-    pub const DEFAULT_IDLE: Duration = Duration::from_secs(30 * 60);
-}
-
-impl Default for SessionLimits {
-    fn default() -> Self {
-        SessionLimits {
-            max: Self::DEFAULT_MAX,
-            idle: Self::DEFAULT_IDLE,
-        }
-    }
-}
-
-/// Why a call found its session empty.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Start {
-    /// The call started the session.
-    New,
-    /// The caller asked for it to be emptied.
-    Reset,
-}
-
-/// What a call did to its session: what [`Lease::run`] returns with the result, and what a reply
-/// carries (its fields' docs are the clients' schema).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
-pub struct SessionReport {
-    /// The session's handle: pass it as `session` to continue the session. Only this reply (and
-    /// later ones in the session) carry it.
-    #[schemars(with = "String")]
-    pub id: SessionId,
-    /// Which call of the session this was, counting from 1.
-    pub call: u64,
-    /// Set when this call found the session empty, and why: `new` (the call started it) or
-    /// `reset` (asked for).
-    pub started: Option<Start>,
-    /// The call hit a limit and was undone: the session is as it was before the call.
-    pub rolled_back: bool,
-    /// Bytes of the session's state as the session store now holds it (with `--session-store`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stored_bytes: Option<u64>,
-    /// Why the session store could not keep what this call did: the call was then undone.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub not_stored: Option<String>,
-}
 
 /// Why a session was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

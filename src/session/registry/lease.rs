@@ -10,6 +10,8 @@ use super::{SessionId, SessionReport, Sessions, Start};
 use crate::outcome::RunResult;
 use crate::sandbox::{RunOptions, SandboxError};
 use crate::session::Session;
+#[cfg(feature = "store")]
+use crate::session::store::{Claim, format};
 
 /// A session locked for one call.
 pub struct Lease {
@@ -21,7 +23,7 @@ pub struct Lease {
     pub(super) finishing: Arc<AtomicBool>,
     /// The session's lease in the store, when sessions are kept in one.
     #[cfg(feature = "store")]
-    pub(super) claim: Option<crate::session::store::Claim>,
+    pub(super) claim: Option<Claim>,
 }
 
 /// How a call in a session went (see [`Lease::run`]).
@@ -80,7 +82,7 @@ impl Lease {
         if let Some(claim) = self.claim {
             // Stored before the reply: once a caller has seen a call's result, any replica runs the
             // next call on the state that call left.
-            super::remote::store(self.session, claim, &mut session).await?;
+            store(self.session, claim, &mut session).await?;
             return Ok(Some(LeaseRun {
                 result: ran.result,
                 session,
@@ -132,4 +134,50 @@ impl Drop for Aftermath {
         self.finishing.store(false, Ordering::SeqCst);
         self.sessions.finished.notify_waiters();
     }
+}
+
+/// A [`Session::version`] that no stored version equals: the session here must be read again.
+#[cfg(feature = "store")]
+const STALE: u64 = u64::MAX;
+
+/// Records what a call did in the store, before its reply: the new state if the call changed the
+/// session (or started or emptied it), otherwise just the end of the lease. A state the store
+/// cannot take is undone here too, and `report` says why.
+#[cfg(feature = "store")]
+async fn store(
+    session: OwnedMutexGuard<Session>,
+    claim: Claim,
+    report: &mut SessionReport,
+) -> Result<(), SandboxError> {
+    if report.rolled_back && report.started.is_none() {
+        if let Err(e) = claim.release(Some(session.calls)).await {
+            tracing::warn!("{e}");
+        }
+        return Ok(());
+    }
+    let fingerprint = session.sandbox.session_fingerprint().await?;
+    // Comparing the pages and compressing them takes milliseconds: not on an async worker.
+    let (mut session, blob) = tokio::task::spawn_blocking(move || {
+        let mut session = session;
+        session.save();
+        let (snapshot, files) = session.saved();
+        let blob = format::encode(&fingerprint, snapshot, files);
+        (session, blob)
+    })
+    .await
+    .map_err(|e| SandboxError::Setup(wasmtime::Error::msg(e.to_string())))?;
+    match claim.commit(&blob, session.calls).await {
+        Ok(version) => {
+            session.version = version;
+            report.stored_bytes = Some(blob.len() as u64);
+        }
+        Err(e) => {
+            tracing::warn!(reason = %e, "a session's state was not stored");
+            // The store has the state from before the call: the next call reads it.
+            session.version = STALE;
+            report.rolled_back = true;
+            report.not_stored = Some(e.to_string());
+        }
+    }
+    Ok(())
 }

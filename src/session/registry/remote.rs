@@ -5,16 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OwnedMutexGuard;
-
-use super::{Lease, SessionError, SessionId, SessionReport, SessionRequest, Sessions, Start};
+use super::{Lease, SessionError, SessionId, SessionRequest, Sessions, Start};
 use crate::sandbox::{Sandbox, SandboxError};
 use crate::session::Session;
 use crate::session::store::format::{self, Bounds};
 use crate::session::store::{Claim, SessionStore};
-
-/// A [`Session::version`] that no stored version equals: the session here must be read again.
-const STALE: u64 = u64::MAX;
 
 /// The store, and what a call in it may take.
 pub struct Remote {
@@ -93,7 +88,7 @@ impl Remote {
     /// Takes session `id`'s lease, waiting while another call holds it.
     async fn claim(&self, id: SessionId) -> Result<Claim, SessionError> {
         self.store
-            .claim(id, self.lease, self.wait)
+            .claim(&id.to_string(), self.lease, self.wait)
             .await?
             .ok_or(SessionError::Busy {
                 id,
@@ -121,45 +116,4 @@ impl Remote {
                 .map_err(|reason| SessionError::Unusable { id, reason })?;
         Ok(Session::from_state(sandbox, state).await?)
     }
-}
-
-/// Records what a call did in the store, before its reply: the new state if the call changed the
-/// session (or started or emptied it), otherwise just the end of the lease. A state the store
-/// cannot take is undone here too, and `report` says why.
-pub(super) async fn store(
-    session: OwnedMutexGuard<Session>,
-    claim: Claim,
-    report: &mut SessionReport,
-) -> Result<(), SandboxError> {
-    if report.rolled_back && report.started.is_none() {
-        if let Err(e) = claim.release(Some(session.calls)).await {
-            tracing::warn!("{e}");
-        }
-        return Ok(());
-    }
-    let fingerprint = session.sandbox.session_fingerprint().await?;
-    // Comparing the pages and compressing them takes milliseconds: not on an async worker.
-    let (mut session, blob) = tokio::task::spawn_blocking(move || {
-        let mut session = session;
-        session.save();
-        let (snapshot, files) = session.saved();
-        let blob = format::encode(&fingerprint, snapshot, files);
-        (session, blob)
-    })
-    .await
-    .map_err(|e| SandboxError::Setup(wasmtime::Error::msg(e.to_string())))?;
-    match claim.commit(&blob, session.calls).await {
-        Ok(version) => {
-            session.version = version;
-            report.stored_bytes = Some(blob.len() as u64);
-        }
-        Err(e) => {
-            tracing::warn!(reason = %e, "a session's state was not stored");
-            // The store has the state from before the call: the next call reads it.
-            session.version = STALE;
-            report.rolled_back = true;
-            report.not_stored = Some(e.to_string());
-        }
-    }
-    Ok(())
 }

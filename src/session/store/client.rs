@@ -9,7 +9,6 @@ use redis::{ConnectionAddr, IntoConnectionInfo, Script};
 use sha2::{Digest, Sha256};
 
 use super::StoreError;
-use crate::session::registry::SessionId;
 
 /// The longest one operation on the store may take, connecting included: the server never waits
 /// longer than this on a store that does not answer.
@@ -170,7 +169,7 @@ impl SessionStore {
 
     /// The key of session `id`: a hash of its handle, so that the store holds no handle that could
     /// be used, and nothing else about the session in clear.
-    fn key(id: SessionId) -> String {
+    fn key(id: &str) -> String {
         let hash = Sha256::digest(format!("safe-python-session:{id}"));
         let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
         format!("safe-python:{hex}")
@@ -215,11 +214,11 @@ impl SessionStore {
         })
     }
 
-    /// Takes session `id`'s lease for `lease`, waiting up to `wait` while another call holds it.
+    /// Takes the lease of the session whose handle is `id` for `lease`, waiting up to `wait` while another call holds it.
     /// `Ok(None)`: another call held it all that time.
     pub async fn claim(
         self: &Arc<Self>,
-        id: SessionId,
+        id: &str,
         lease: Duration,
         wait: Duration,
     ) -> Result<Option<Claim>, StoreError> {

@@ -2,7 +2,7 @@
 //! replica of the server serves any session.
 //!
 //! Between calls, a session's whole state is its [`Snapshot`](crate::sandbox::snapshot::Snapshot)
-//! and its files ([`crate::session`]); [`format`] makes them one blob. A session is a hash under a
+//! and its files ([`crate::session`]); [`format`](mod@format) makes them one blob. A session is a hash under a
 //! key derived from its handle (`v`: its version, `s`: the blob, `c`: its call count), which
 //! expires after `--session-idle` without a call, and a lease key beside it.
 //!
