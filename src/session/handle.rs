@@ -85,11 +85,7 @@ impl SessionRequest {
 /// `value` as an error message may quote it: escaped, and cut if long.
 fn shown(value: &str) -> String {
     const MAX_CHARS: usize = 40;
-    let mut cut: String = value.chars().take(MAX_CHARS).collect();
-    if cut.len() < value.len() {
-        cut.push('…');
-    }
-    format!("{cut:?}")
+    format!("{:?}", super::store::cut(value, MAX_CHARS))
 }
 
 /// How to start over, for every message that refuses a session.

@@ -118,7 +118,20 @@ enum NoRoom {
 impl Sessions {
     /// An empty set of sessions, with a thread that drops idle ones (it stops when the set does).
     pub fn new(limits: SessionLimits) -> Arc<Sessions> {
+        Self::start(Self::empty(limits))
+    }
+
+    /// Sessions kept in `remote`; `limits.max` bounds those this process keeps warm.
+    #[cfg(feature = "store")]
+    pub fn stored(limits: SessionLimits, remote: Remote) -> Arc<Sessions> {
         Self::start(Sessions {
+            remote: Some(remote),
+            ..Self::empty(limits)
+        })
+    }
+
+    fn empty(limits: SessionLimits) -> Sessions {
+        Sessions {
             limits,
             registry: Mutex::new(Registry {
                 live: LruCache::unbounded(),
@@ -127,15 +140,7 @@ impl Sessions {
             finished: Notify::new(),
             #[cfg(feature = "store")]
             remote: None,
-        })
-    }
-
-    /// Sessions kept in `remote`; `limits.max` bounds those this process keeps warm.
-    #[cfg(feature = "store")]
-    pub fn stored(limits: SessionLimits, remote: Remote) -> Arc<Sessions> {
-        let mut sessions = Arc::into_inner(Self::new(limits)).expect("not shared yet");
-        sessions.remote = Some(remote);
-        Self::start(sessions)
+        }
     }
 
     fn start(sessions: Sessions) -> Arc<Sessions> {

@@ -67,12 +67,19 @@ impl Remote {
         };
         let mut session = shared.lock_owned().await;
         let mut started = None;
-        if reset {
-            *session = Session::new(sandbox).await?;
+        let replaced = if reset {
             started = Some(Start::Reset);
+            Some(std::mem::replace(
+                &mut *session,
+                Session::new(sandbox).await?,
+            ))
         } else if session.version != claim.version {
-            *session = self.read(id, &claim, sandbox).await?;
-        }
+            let stored = self.read(id, &claim, sandbox).await?;
+            Some(std::mem::replace(&mut *session, stored))
+        } else {
+            None
+        };
+        super::drop_off_async_workers(replaced);
         session.version = claim.version;
         session.calls = claim.calls;
         Ok(Lease {

@@ -36,8 +36,13 @@ const MAX_CAUSE_CHARS: usize = 300;
 
 /// `cause` cut to [`MAX_CAUSE_CHARS`].
 pub fn bounded(cause: &str) -> String {
-    let mut cut: String = cause.chars().take(MAX_CAUSE_CHARS).collect();
-    if cut.len() < cause.len() {
+    cut(cause, MAX_CAUSE_CHARS)
+}
+
+/// `text` cut to `max_chars`, with `…` if it was longer: text from elsewhere in a message.
+pub(crate) fn cut(text: &str, max_chars: usize) -> String {
+    let mut cut: String = text.chars().take(max_chars).collect();
+    if cut.len() < text.len() {
         cut.push('…');
     }
     cut
