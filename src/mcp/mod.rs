@@ -106,6 +106,9 @@ pub struct Args {
     pub session_store: String,
 }
 
+/// `--session-store` for sessions kept in this process.
+const MEMORY_STORE: &str = "memory";
+
 impl Args {
     pub fn session_limits(&self) -> SessionLimits {
         SessionLimits {
@@ -114,10 +117,15 @@ impl Args {
         }
     }
 
+    /// Whether sessions are kept in a session store rather than in this process.
+    pub fn stores_sessions(&self) -> bool {
+        self.session_store != MEMORY_STORE
+    }
+
     /// The sessions, in this process or in the store `--session-store` names (not connected yet).
     pub fn sessions(&self) -> Result<Arc<Sessions>, StoreError> {
         let limits = self.session_limits();
-        if self.session_store == "memory" {
+        if !self.stores_sessions() {
             return Ok(Sessions::new(limits));
         }
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
@@ -312,5 +320,43 @@ mod tests {
                 "{bad:?} was accepted"
             );
         }
+    }
+
+    /// A store's URL is checked at start (exit 2 with the reason), never shown with its password,
+    /// and not connected to: a store that is down fails session calls, not the start.
+    #[tokio::test]
+    async fn a_session_store_url_is_checked_and_its_password_never_shown() {
+        let sessions = |url: &str| {
+            Args::try_parse_from(["safe-python-mcp", "--session-store", url])
+                .unwrap()
+                .sessions()
+        };
+        assert!(
+            !Args::try_parse_from(["safe-python-mcp"])
+                .unwrap()
+                .stores_sessions()
+        );
+        for bad in [
+            "",
+            "valkey:6379",
+            "http://h:1",
+            "redis://",
+            "redis://h:99999",
+        ] {
+            let e = sessions(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} was accepted"));
+            assert!(e.to_string().contains("session store URL"), "{bad:?}: {e}");
+        }
+        let store = SessionStore::open(
+            "rediss://user:hunter2-secret@127.0.0.1:1/2",
+            (None, Some("other".into())),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        assert_eq!(store.shown(), "rediss://127.0.0.1:1/2");
+        assert!(!format!("{store:?}").contains("hunter2"));
+        // Nothing listens on port 1: opening does not connect.
+        sessions("redis://127.0.0.1:1/0").unwrap();
     }
 }

@@ -95,7 +95,13 @@ impl PythonServer {
         let mut router = Self::tool_router();
         if let Some(route) = router.map.get_mut(RUN_PYTHON) {
             route.attr.description = Some(
-                tools::description(&options, session_limits, args.sandbox.engine.about()).into(),
+                tools::description(
+                    &options,
+                    session_limits,
+                    args.stores_sessions(),
+                    args.sandbox.engine.about(),
+                )
+                .into(),
             );
         }
         PythonServer(Arc::new(Inner {

@@ -58,8 +58,14 @@ impl RunPythonArgs {
     }
 }
 
-/// The tool's description, for the model, with this server's limits and allowlist.
-pub fn description(options: &RunOptions, sessions: SessionLimits, engine: &About) -> String {
+/// The tool's description, for the model, with this server's limits and allowlist; `stored`: the
+/// sessions are in a session store (they outlive the process, and none is evicted).
+pub fn description(
+    options: &RunOptions,
+    sessions: SessionLimits,
+    stored: bool,
+    engine: &About,
+) -> String {
     let limits = &options.limits;
     let interpreter = engine.described;
     let figures = if engine.draws_figures {
@@ -70,6 +76,16 @@ pub fn description(options: &RunOptions, sessions: SessionLimits, engine: &About
         String::new()
     };
     let idle = minutes(sessions.idle.as_secs_f64());
+    let max = sessions.max;
+    let ending = if stored {
+        format!(
+            "A session ends after {idle} without a call; a call with its handle then gets an error saying so: start a new session with \"new\". Calls in one session run one at a time."
+        )
+    } else {
+        format!(
+            "A session ends after {idle} without a call, when it is the least recently used idle one and a new session needs room (at most {max} are open), or when the server stops; a call with its handle then gets an error saying so: start a new session with \"new\". When all {max} are running calls, a new session is refused until one finishes."
+        )
+    };
     let file_limits = FileLimits::default();
     format!(
         "Run Python 3 code in a secure sandbox and get back what it printed and the value of its last expression.\n\
@@ -84,7 +100,7 @@ pub fn description(options: &RunOptions, sessions: SessionLimits, engine: &About
          - Without `session`, each call starts fresh: nothing is kept, so define everything you use in the same call.\n\
          - Sessions keep state between calls like cells of a notebook: variables, functions, classes and imports defined in one call are there in the next. Use them for work in steps, such as loading data once and analysing it in later calls. Pass `session: \"new\"` to start one: the reply gives its handle (`session.id`, like \"s_\" and 32 hex digits). Pass that handle as `session` in later calls to continue it; `reset: true` with the handle empties it first. Handles are private: only the conversation that started a session has its handle, and any other value (a name such as \"main\") is an error.\n\
          - A call that hits a limit is undone: its session goes back to its state from before that call, and the reply says so. An exception does not undo what ran before it.\n\
-         - A session ends after {idle} without a call, when it is the least recently used idle one and a new session needs room (at most {max} are open), or when the server stops; a call with its handle then gets an error saying so: start a new session with \"new\". When all {max} are running calls, a new session is refused until one finishes.\n\
+         - {ending}\n\
          - Limits per call: {timeout} s of wall-clock time, {memory} MiB of memory, {output} KiB of printed output. Code that hits a limit is stopped and the reply says which limit.\n\
          - The reply shows at most {shown} KiB of output, result and traceback together: longer text is cut in the middle, with a note saying how much was cut.\n\
          - An uncaught exception comes back as a Python traceback.",
@@ -96,7 +112,6 @@ pub fn description(options: &RunOptions, sessions: SessionLimits, engine: &About
         depth = file_limits.max_depth,
         interpreter = interpreter,
         figures = figures,
-        max = sessions.max,
         timeout = limits.timeout.as_secs_f64(),
         memory = limits.memory_bytes >> 20,
         output = limits.max_output_bytes >> 10,

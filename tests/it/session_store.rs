@@ -278,3 +278,26 @@ async fn a_cpython_session_with_the_data_stack_moves_between_replicas() {
     let bytes = v["session"]["stored_bytes"].as_u64().unwrap();
     eprintln!("a CPython session with numpy and pandas: {bytes} stored bytes");
 }
+
+/// A store that accepts connections and never answers: session calls fail within the bound, the
+/// server goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_never_answers_does_not_hang_the_server() {
+    // The kernel completes connections to a listening socket that nobody reads from.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}/0", silent.local_addr().unwrap());
+    let server = HttpServer::start(&["--http", "127.0.0.1:0", "--session-store", &url]);
+    let client = server.client(modern(), None).await;
+    let started = Instant::now();
+    let said = refusal(&client, "x = 1", "new").await;
+    assert!(
+        said.contains("session store") && said.contains("no answer"),
+        "{said}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(call(&client, "6 * 7", None).await["result"], "42");
+}
