@@ -275,6 +275,13 @@ async fn a_cpython_session_with_the_data_stack_moves_between_replicas() {
     assert_eq!(v["result"], "33", "{v}");
     let v = call(&b, "int(df['a'].max())", Some(&id)).await;
     assert_eq!(v["result"], "12", "{v}");
+    // The template is the same on both replicas; what the calls draw is not.
+    let draw = "import random\nrandom.getrandbits(64)";
+    let (x, y) = (call(&a, draw, None).await, call(&b, draw, None).await);
+    assert_ne!(
+        x["result"], y["result"],
+        "the replicas drew the same numbers"
+    );
     let bytes = v["session"]["stored_bytes"].as_u64().unwrap();
     eprintln!("a CPython session with numpy and pandas: {bytes} stored bytes");
 }
