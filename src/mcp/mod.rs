@@ -147,6 +147,11 @@ impl Args {
                     memory_bytes: call.memory_bytes,
                     files: FileLimits::default(),
                 },
+                writer: format!(
+                    "safe-python-executor {} ({})",
+                    env!("CARGO_PKG_VERSION"),
+                    self.sandbox.engine.about().interpreter
+                ),
             },
         ))
     }

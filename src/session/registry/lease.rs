@@ -82,7 +82,14 @@ impl Lease {
         if let Some(claim) = self.claim {
             // Stored before the reply: once a caller has seen a call's result, any replica runs the
             // next call on the state that call left.
-            store(self.session, claim, &mut session).await?;
+            let writer = self.sessions.remote.as_ref().map(|r| r.writer.clone());
+            store(
+                self.session,
+                claim,
+                writer.unwrap_or_default(),
+                &mut session,
+            )
+            .await?;
             return Ok(Some(LeaseRun {
                 result: ran.result,
                 session,
@@ -147,6 +154,7 @@ const STALE: u64 = u64::MAX;
 async fn store(
     session: OwnedMutexGuard<Session>,
     claim: Claim,
+    writer: String,
     report: &mut SessionReport,
 ) -> Result<(), SandboxError> {
     if report.rolled_back && report.started.is_none() {
@@ -161,7 +169,7 @@ async fn store(
         let mut session = session;
         session.save();
         let (snapshot, files) = session.saved();
-        let blob = format::encode(&fingerprint, snapshot, files);
+        let blob = format::encode(&writer, &fingerprint, snapshot, files);
         (session, blob)
     })
     .await

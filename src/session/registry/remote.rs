@@ -21,6 +21,9 @@ pub struct Remote {
     pub wait: Duration,
     /// What a stored session may hold: this server's limits.
     pub bounds: Bounds,
+    /// This server's version and engine, which stored states name: a state another writes is
+    /// refused with both names.
+    pub writer: String,
 }
 
 impl Remote {
@@ -115,12 +118,12 @@ impl Remote {
             idle: self.store.idle(),
         })?;
         let fingerprint = sandbox.session_fingerprint().await?;
-        let bounds = self.bounds;
-        let state =
-            tokio::task::spawn_blocking(move || format::decode(&blob, &fingerprint, bounds))
-                .await
-                .map_err(|e| SandboxError::Setup(wasmtime::Error::msg(e.to_string())))?
-                .map_err(|reason| SessionError::Unusable { id, reason })?;
+        let (bounds, writer) = (self.bounds, self.writer.clone());
+        let decode = move || format::decode(&blob, &writer, &fingerprint, bounds);
+        let state = tokio::task::spawn_blocking(decode)
+            .await
+            .map_err(|e| SandboxError::Setup(wasmtime::Error::msg(e.to_string())))?
+            .map_err(|reason| SessionError::Unusable { id, reason })?;
         Ok(Session::from_state(sandbox, state).await?)
     }
 }

@@ -7,8 +7,9 @@
 //! [`Snapshot::from_pages`], the input files through [`InputFiles::new`] and `/out` through the
 //! guest's own folder calls, each with this server's limits, never limits read from the blob.
 //!
-//! Layout: [`MAGIC`], the format version (u32), the BLAKE3 hash of what follows it, the size of
-//! the uncompressed body (u64), then the body as one LZ4 block. The body: the fingerprint, the
+//! Layout: [`MAGIC`], the format version (u32), the writer (the server's version and engine, a
+//! length byte and text: what an incompatible state names), the BLAKE3 hash of what follows it,
+//! the size of the uncompressed body (u64), then the body as one LZ4 block. The body: the fingerprint, the
 //! memory's size, its saved pages (offset and [`PAGE`] bytes each), the input files and the `/out`
 //! entries. Integers are little-endian.
 
@@ -23,8 +24,8 @@ use crate::vfs::Folder;
 const MAGIC: &[u8; 8] = b"SPYSESS\0";
 /// Bumped whenever the layout changes: a blob of another version is refused, not guessed at.
 pub const FORMAT: u32 = 1;
-/// Magic, format, hash and body size.
-const HEADER: usize = 8 + 4 + 32 + 8;
+/// The longest writer a blob names.
+const MAX_WRITER: usize = u8::MAX as usize;
 
 /// What makes a session's memory meaningful to an instance: this server's version and the memory
 /// the snapshot's pages were taken against ([`crate::sandbox::Sandbox::session_fingerprint`]).
@@ -42,7 +43,7 @@ pub struct State {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FormatError {
     #[error("was written by an incompatible server ({0})")]
-    Incompatible(&'static str),
+    Incompatible(String),
     #[error("is unreadable ({0})")]
     Unreadable(String),
 }
@@ -70,8 +71,10 @@ impl Bounds {
     }
 }
 
-/// The blob for `snapshot` and `files`, taken on a server with `fingerprint`.
+/// The blob for `snapshot` and `files`, taken on a server with `fingerprint`; `writer` names that
+/// server, its version and engine.
 pub fn encode(
+    writer: &str,
     fingerprint: &Fingerprint,
     snapshot: &Snapshot,
     files: Option<&(InputFiles, Folder)>,
@@ -105,9 +108,12 @@ pub fn encode(
         }
     }
     let packed = lz4_flex::block::compress(&body);
-    let mut blob = Vec::with_capacity(HEADER + packed.len());
+    let writer = &writer.as_bytes()[..writer.len().min(MAX_WRITER)];
+    let mut blob = Vec::with_capacity(MAGIC.len() + 4 + 1 + writer.len() + 40 + packed.len());
     blob.extend_from_slice(MAGIC);
     blob.extend_from_slice(&FORMAT.to_le_bytes());
+    blob.push(writer.len() as u8);
+    blob.extend_from_slice(writer);
     let mut hasher = blake3::Hasher::new();
     hasher.update(&(body.len() as u64).to_le_bytes());
     hasher.update(&packed);
@@ -117,34 +123,49 @@ pub fn encode(
     blob
 }
 
-/// The session in `blob`, if it was written by a server with `fingerprint` and fits `bounds`.
+/// The session in `blob`, if it was written by a server like this one (`writer`, `fingerprint`)
+/// and fits `bounds`.
 pub fn decode(
     blob: &[u8],
+    writer: &str,
     fingerprint: &Fingerprint,
     bounds: Bounds,
 ) -> Result<State, FormatError> {
     let unreadable = |what: &str| FormatError::Unreadable(what.to_owned());
-    if blob.len() < HEADER || &blob[..8] != MAGIC {
-        return Err(FormatError::Incompatible("not a session state"));
+    let incompatible = |why: String| FormatError::Incompatible(why);
+    let mut header = Reader(blob);
+    if header.take(MAGIC.len()).ok() != Some(MAGIC) {
+        return Err(incompatible("not a session state".into()));
     }
-    if blob[8..12] != FORMAT.to_le_bytes() {
-        return Err(FormatError::Incompatible("another format version"));
+    let format = u32::from_le_bytes(header.take(4)?.try_into().expect("4 bytes"));
+    if format != FORMAT {
+        return Err(incompatible(format!(
+            "format {format}; this server reads format {FORMAT}"
+        )));
     }
-    let hash = blake3::Hasher::new().update(&blob[44..]).finalize();
-    if hash.as_bytes()[..] != blob[12..44] {
+    let len = header.take(1)?[0];
+    let theirs = String::from_utf8_lossy(header.take(len.into())?);
+    if theirs != writer {
+        let theirs = super::cut(&theirs, 80);
+        return Err(incompatible(format!("{theirs:?}; this one is {writer:?}")));
+    }
+    let hash = header.take(32)?;
+    if blake3::hash(header.0).as_bytes() != hash {
         return Err(unreadable("its checksum does not match"));
     }
-    let size = u64::from_le_bytes(blob[44..52].try_into().expect("8 bytes"));
+    let size = u64::from_le_bytes(header.take(8)?.try_into().expect("8 bytes"));
     let size = usize::try_from(size)
         .ok()
         .filter(|&s| s <= bounds.max_body())
         .ok_or_else(|| unreadable("larger than this server's limits allow"))?;
-    let body = lz4_flex::block::decompress(&blob[HEADER..], size)
+    let body = lz4_flex::block::decompress(header.0, size)
         .map_err(|e| FormatError::Unreadable(format!("cannot decompress: {e}")))?;
     let mut r = Reader(&body);
     if r.take(32)? != fingerprint {
-        return Err(FormatError::Incompatible(
-            "another server version or engine",
+        return Err(incompatible(
+            "the same version, whose engine starts from other memory: replicas must run the same \
+             engine with the same --allow"
+                .into(),
         ));
     }
     let len = r.usize()?;
@@ -243,6 +264,7 @@ mod tests {
     use super::*;
 
     const PRINT: Fingerprint = [7; 32];
+    const WRITER: &str = "safe-python-executor 9.9.9 (RustPython 0.6)";
 
     fn bounds() -> Bounds {
         Bounds {
@@ -265,12 +287,12 @@ mod tests {
             [("d".into(), None), ("d/f.txt".into(), Some(b"hi".to_vec()))],
         )
         .unwrap();
-        encode(&PRINT, &snapshot, Some(&(inputs, folder)))
+        encode(WRITER, &PRINT, &snapshot, Some(&(inputs, folder)))
     }
 
     #[test]
     fn a_state_reads_back_as_written() {
-        let state = decode(&sample(), &PRINT, bounds()).unwrap();
+        let state = decode(&sample(), WRITER, &PRINT, bounds()).unwrap();
         assert_eq!(state.snapshot.len, 8 * PAGE);
         assert_eq!(state.snapshot.offsets, [2 * PAGE, 5 * PAGE]);
         let page: Vec<_> = state.snapshot.pages().map(|(_, p)| p[9]).collect();
@@ -283,17 +305,17 @@ mod tests {
             .map(|(p, _)| p)
             .collect();
         assert_eq!(out, ["d", "d/f.txt"]);
-        let empty = encode(&PRINT, &Snapshot::default(), None);
-        let state = decode(&empty, &PRINT, bounds()).unwrap();
+        let empty = encode(WRITER, &PRINT, &Snapshot::default(), None);
+        let state = decode(&empty, WRITER, &PRINT, bounds()).unwrap();
         assert!(state.snapshot.offsets.is_empty() && state.files.is_none());
     }
 
     #[test]
     fn a_blob_from_elsewhere_or_damaged_is_refused_with_a_reason() {
         let blob = sample();
-        let refused = |blob: &[u8]| decode(blob, &PRINT, bounds()).unwrap_err();
+        let refused = |blob: &[u8]| decode(blob, WRITER, &PRINT, bounds()).unwrap_err();
         assert!(matches!(
-            decode(&blob, &[8; 32], bounds()),
+            decode(&blob, WRITER, &[8; 32], bounds()),
             Err(FormatError::Incompatible(_))
         ));
         assert!(matches!(
@@ -308,9 +330,23 @@ mod tests {
         ));
         // Every truncation and every flipped byte after the format is caught, never a panic.
         for cut in 0..blob.len() {
-            decode(&blob[..cut], &PRINT, bounds()).unwrap_err();
+            decode(&blob[..cut], WRITER, &PRINT, bounds()).unwrap_err();
         }
-        for i in 12..blob.len() {
+        // Another writer, or a damaged one, is named in the error.
+        let said = decode(
+            &blob,
+            "safe-python-executor 1.0.0 (CPython)",
+            &PRINT,
+            bounds(),
+        );
+        assert!(said.unwrap_err().to_string().contains("9.9.9"));
+        let header = 13 + WRITER.len();
+        for i in 12..header {
+            let mut flipped = blob.clone();
+            flipped[i] ^= 0x55;
+            decode(&flipped, WRITER, &PRINT, bounds()).unwrap_err();
+        }
+        for i in header..blob.len() {
             let mut flipped = blob.clone();
             flipped[i] ^= 0x55;
             assert!(
@@ -323,7 +359,7 @@ mod tests {
             memory_bytes: 4 * PAGE,
             ..bounds()
         };
-        assert!(decode(&blob, &PRINT, small).is_err());
+        assert!(decode(&blob, WRITER, &PRINT, small).is_err());
     }
 
     /// A blob whose checksum was recomputed (someone who can write to the store) still cannot
@@ -334,6 +370,8 @@ mod tests {
             let packed = lz4_flex::block::compress(body);
             let mut blob = MAGIC.to_vec();
             blob.extend_from_slice(&FORMAT.to_le_bytes());
+            blob.push(WRITER.len() as u8);
+            blob.extend_from_slice(WRITER.as_bytes());
             let mut hasher = blake3::Hasher::new();
             hasher.update(&size.to_le_bytes());
             hasher.update(&packed);
@@ -345,9 +383,9 @@ mod tests {
         let mut body = PRINT.to_vec();
         put_u64(&mut body, 0);
         put_u64(&mut body, u32::MAX as usize);
-        let err = decode(&forge(&body, body.len() as u64), &PRINT, bounds()).unwrap_err();
+        let err = decode(&forge(&body, body.len() as u64), WRITER, &PRINT, bounds()).unwrap_err();
         assert_eq!(err, FormatError::Unreadable("truncated".into()));
-        let err = decode(&forge(&body, u64::MAX), &PRINT, bounds()).unwrap_err();
+        let err = decode(&forge(&body, u64::MAX), WRITER, &PRINT, bounds()).unwrap_err();
         assert!(err.to_string().contains("limits"), "{err}");
 
         let mut body = PRINT.to_vec();
@@ -358,7 +396,7 @@ mod tests {
         put_bytes(&mut body, b"../etc/passwd");
         put_bytes(&mut body, b"x");
         put_u64(&mut body, 0);
-        let err = decode(&forge(&body, body.len() as u64), &PRINT, bounds()).unwrap_err();
+        let err = decode(&forge(&body, body.len() as u64), WRITER, &PRINT, bounds()).unwrap_err();
         assert!(err.to_string().contains("input files"), "{err}");
     }
 }
