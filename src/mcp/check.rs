@@ -9,6 +9,20 @@ use crate::outcome::RunResult;
 use crate::sandbox::TemplateInfo;
 use crate::session::Session;
 
+/// `--check` with `--session-store`: the store answers.
+pub(super) async fn session_store(args: &super::Args) -> anyhow::Result<()> {
+    let Some(store) = args.session_store()? else {
+        return Ok(());
+    };
+    let took = store.ping().await?;
+    println!(
+        "ok: the session store at {} answers ({:.1} ms)",
+        store.shown(),
+        took.as_secs_f64() * 1000.0
+    );
+    Ok(())
+}
+
 /// `--check`: the sandbox starts, runs code, refuses an import, stops an endless loop, and keeps a
 /// session's state through a stopped call.
 pub(super) async fn self_test(flags: &SandboxFlags) -> anyhow::Result<()> {

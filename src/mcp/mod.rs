@@ -122,24 +122,45 @@ impl Args {
         self.session_store != MEMORY_STORE
     }
 
-    /// The sessions, in this process or in the store `--session-store` names (not connected yet).
-    pub fn sessions(&self) -> Result<Arc<Sessions>, StoreError> {
-        let limits = self.session_limits();
+    /// The store `--session-store` names, with its credentials, not connected yet; `None` for
+    /// `memory`.
+    pub fn session_store(&self) -> Result<Option<SessionStore>, StoreError> {
         if !self.stores_sessions() {
-            return Ok(Sessions::new(limits));
+            return Ok(None);
         }
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let credentials = (
             env("SAFE_PYTHON_SESSION_STORE_USERNAME"),
             env("SAFE_PYTHON_SESSION_STORE_PASSWORD"),
         );
-        let store = SessionStore::open(&self.session_store, credentials, limits.idle)?;
-        tracing::info!(store = store.shown(), "sessions are kept in the store");
+        let idle = self.session_limits().idle;
+        SessionStore::open(&self.session_store, credentials, idle).map(Some)
+    }
+
+    /// The sessions, in this process or in the store `--session-store` names.
+    pub fn sessions(&self) -> Result<Arc<Sessions>, StoreError> {
+        let limits = self.session_limits();
+        let Some(store) = self.session_store()? else {
+            return Ok(Sessions::new(limits));
+        };
+        let store = Arc::new(store);
+        // Said at start, not at the first session call: a store that cannot be reached.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let store = store.clone();
+            runtime.spawn(async move {
+                match store.ping().await {
+                    Ok(_) => {
+                        tracing::info!(store = store.shown(), "sessions are kept in the store")
+                    }
+                    Err(e) => tracing::warn!("{e}; session calls fail until it answers"),
+                }
+            });
+        }
         let call = self.sandbox.run_options().limits;
         Ok(Sessions::stored(
             limits,
             Remote {
-                store: Arc::new(store),
+                store,
                 // A call waits for a worker after it has its session: room for that too.
                 lease: call.timeout * 2 + Duration::from_secs(30),
                 wait: call.timeout + Duration::from_secs(5),
@@ -192,7 +213,11 @@ pub fn main() -> ExitCode {
         }
     };
     if args.check {
-        return match runtime.block_on(check::self_test(&args.sandbox)) {
+        let checked = async {
+            check::self_test(&args.sandbox).await?;
+            check::session_store(&args).await
+        };
+        return match runtime.block_on(checked) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("safe-python-mcp: self-test failed: {e:#}");

@@ -308,3 +308,24 @@ async fn a_store_that_never_answers_does_not_hang_the_server() {
     );
     assert_eq!(call(&client, "6 * 7", None).await["result"], "42");
 }
+
+/// `--check` with a store: says that it answers, and fails when it does not.
+#[test]
+fn check_says_whether_the_session_store_answers() {
+    let mut redis = Redis::start(false);
+    let url = redis.url();
+    let checked = |url: &str| {
+        let args = ["--check", "--session-store", url];
+        crate::common::spawn::output(crate::common::spawn::mcp_server(&args), None)
+    };
+    let out = checked(&url);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let said = format!("ok: the session store at {url} answers");
+    assert!(stdout.contains(&said), "{stdout}");
+    redis.stop();
+    let out = checked(&url);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(stderr.contains("session store"), "{stderr}");
+}

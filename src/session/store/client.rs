@@ -157,6 +157,17 @@ impl SessionStore {
         })
     }
 
+    /// Asks the store whether it answers: how long that took.
+    pub async fn ping(&self) -> Result<Duration, StoreError> {
+        let started = std::time::Instant::now();
+        self.idempotent(|| {
+            let mut conn = self.conn.clone();
+            async move { redis::cmd("PING").query_async::<String>(&mut conn).await }
+        })
+        .await?;
+        Ok(started.elapsed())
+    }
+
     /// How long a session lasts in the store without a call.
     pub fn idle(&self) -> Duration {
         self.idle
