@@ -56,22 +56,27 @@ impl Remote {
                 idle: sessions.limits.idle,
             });
         }
-        let (shared, finishing) = match sessions.find(id) {
-            Ok(found) => found,
+        // A session made here is read (or emptied) once, before it is shared.
+        let (shared, finishing, made) = match sessions.find(id) {
+            Ok((shared, finishing)) => (shared, finishing, false),
             Err(_) => {
-                let session = Session::new(sandbox).await?;
+                let session = match reset {
+                    true => Session::new(sandbox).await?,
+                    false => self.read(id, &claim, sandbox).await?,
+                };
                 let shared = Arc::new(tokio::sync::Mutex::new(session));
                 let finishing = Arc::default();
                 sessions
                     .admit_when_room(Some(id), &shared, &finishing)
                     .await?;
-                (shared, finishing)
+                (shared, finishing, true)
             }
         };
         let mut session = shared.lock_owned().await;
-        let mut started = None;
-        let replaced = if reset {
-            started = Some(Start::Reset);
+        let started = reset.then_some(Start::Reset);
+        let replaced = if made {
+            None
+        } else if reset {
             Some(std::mem::replace(
                 &mut *session,
                 Session::new(sandbox).await?,
