@@ -164,17 +164,28 @@ async fn store(
         return Ok(());
     }
     let fingerprint = session.sandbox.session_fingerprint().await?;
+    let started = std::time::Instant::now();
     // Comparing the pages and compressing them takes milliseconds: not on an async worker.
-    let (mut session, blob) = tokio::task::spawn_blocking(move || {
+    let (mut session, blob, saved) = tokio::task::spawn_blocking(move || {
         let mut session = session;
         session.save();
+        let saved = started.elapsed();
         let (snapshot, files) = session.saved();
         let blob = format::encode(&writer, &fingerprint, snapshot, files);
-        (session, blob)
+        (session, blob, saved)
     })
     .await
     .map_err(|e| SandboxError::Setup(wasmtime::Error::msg(e.to_string())))?;
-    match claim.commit(&blob, session.calls).await {
+    let encoded = started.elapsed();
+    let committed = claim.commit(&blob, session.calls).await;
+    tracing::debug!(
+        bytes = blob.len(),
+        save_us = saved.as_micros() as u64,
+        encode_us = (encoded - saved).as_micros() as u64,
+        commit_us = (started.elapsed() - encoded).as_micros() as u64,
+        "session stored"
+    );
+    match committed {
         Ok(version) => {
             session.version = version;
             report.stored_bytes = Some(blob.len() as u64);
