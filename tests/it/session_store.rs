@@ -329,3 +329,65 @@ fn check_says_whether_the_session_store_answers() {
     assert!(!out.status.success(), "{out:?}");
     assert!(stderr.contains("session store"), "{stderr}");
 }
+
+/// `rediss://`: the store's certificate is verified (SSL_CERT_FILE names the roots to trust, as
+/// for any client on the platform's roots), never skipped; and a password from the environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_store_with_a_password_is_used_only_when_verified() {
+    let tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/tls");
+    let (cert, key) = (
+        tls.join("untrusted-cert.pem"),
+        tls.join("untrusted-key.pem"),
+    );
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let redis = Redis::start_with(
+        false,
+        &[
+            "--port",
+            "0",
+            "--tls-port",
+            "{port}",
+            "--tls-cert-file",
+            cert,
+            "--tls-key-file",
+            key,
+            "--tls-auth-clients",
+            "no",
+            "--requirepass",
+            "s3cret-for-the-store",
+        ],
+    );
+    let url = format!("rediss://127.0.0.1:{}/0", redis.port);
+    let args = ["--http", "127.0.0.1:0", "--session-store", &url];
+    let password = ("SAFE_PYTHON_SESSION_STORE_PASSWORD", "s3cret-for-the-store");
+
+    // A certificate nobody trusts: refused, and said.
+    let untrusted = HttpServer::start_with(&args, &[password]);
+    let client = untrusted.client(modern(), None).await;
+    let said = refusal(&client, "x = 1", "new").await;
+    assert!(said.contains("certificate"), "{said}");
+    assert!(!said.contains("s3cret"), "{said}");
+
+    // Trusted, but no password: refused by the store.
+    let trusted = ("SSL_CERT_FILE", cert);
+    let no_password = HttpServer::start_with(&args, &[trusted]);
+    let client = no_password.client(modern(), None).await;
+    let said = refusal(&client, "x = 1", "new").await;
+    assert!(said.contains("session store"), "{said}");
+
+    // Both: sessions work over TLS.
+    let server = HttpServer::start_with(&args, &[trusted, password]);
+    let client = server.client(modern(), None).await;
+    let id = start(&client, "x = 20").await;
+    assert_eq!(call(&client, "x + 1", Some(&id)).await["result"], "21");
+    stored_key(&redis, &id);
+
+    // Skipping verification is not offered.
+    let insecure = format!("{url}#insecure");
+    let out = crate::common::spawn::output(
+        crate::common::spawn::mcp_server(&["--session-store", &insecure]),
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("always verified"));
+}

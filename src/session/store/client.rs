@@ -130,9 +130,9 @@ impl SessionStore {
                 ..
             } => {
                 if *insecure {
-                    tracing::warn!(
-                        "the session store's TLS certificate is not verified (#insecure)"
-                    );
+                    return Err(bad(
+                        &"#insecure is not supported: the store's certificate is always verified (SSL_CERT_FILE can name the roots to trust)",
+                    ));
                 }
                 crate::tls::install_crypto_provider();
                 format!("rediss://{host}:{port}/{}", settings.db())

@@ -11,21 +11,30 @@ pub struct Redis {
     /// Where it keeps its append-only file, when it persists.
     dir: tempfile::TempDir,
     persistent: bool,
+    /// Further `redis-server` arguments (TLS, a password).
+    extra: Vec<String>,
 }
 
 impl Redis {
     /// A server on a free loopback port; `persistent`: it writes every change to its append-only
     /// file before answering, so that a restart keeps them.
     pub fn start(persistent: bool) -> Redis {
+        Self::start_with(persistent, &[])
+    }
+
+    /// [`Redis::start`] with further `redis-server` arguments (`{port}` stands for its port).
+    pub fn start_with(persistent: bool, extra: &[&str]) -> Redis {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
+        let extra = extra.iter().map(|a| a.replace("{port}", &port.to_string()));
         let mut redis = Redis {
             child: None,
             port,
             dir: super::temp_dir("redis"),
             persistent,
+            extra: extra.collect(),
         };
         redis.restart();
         redis
@@ -50,6 +59,7 @@ impl Redis {
                 "",
             ])
             .args(["--appendonly", appendonly, "--appendfsync", "always"])
+            .args(&self.extra)
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(Stdio::null())
@@ -77,10 +87,28 @@ impl Redis {
         }
     }
 
-    /// `redis-cli` with `args` against this server.
+    /// `redis-cli` with `args` against this server (over TLS, or with a password, as it was
+    /// started: see [`Redis::start_with`]).
     pub fn cli(&self, args: &[&str]) -> Output {
+        let tls = self.extra.iter().any(|a| a == "--tls-port");
+        let password = self
+            .extra
+            .iter()
+            .skip_while(|a| *a != "--requirepass")
+            .nth(1);
         Command::new("redis-cli")
             .args(["-p", &self.port.to_string()])
+            .args(if tls {
+                &["--tls", "--insecure"][..]
+            } else {
+                &[]
+            })
+            .args(
+                password
+                    .map(|p| ["-a", p.as_str(), "--no-auth-warning"])
+                    .iter()
+                    .flatten(),
+            )
             .args(args)
             .output()
             .expect("redis-cli runs")
