@@ -3,6 +3,7 @@
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub struct Redis {
@@ -24,6 +25,7 @@ impl Redis {
 
     /// [`Redis::start`] with further `redis-server` arguments (`{port}` stands for its port).
     pub fn start_with(persistent: bool, extra: &[&str]) -> Redis {
+        installed();
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -120,6 +122,29 @@ impl Redis {
         assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
+}
+
+/// Installs Debian's `redis-server` if it is missing and this machine can (as `.ci/run` does), once
+/// per test binary: the README's test command sets up what its tests need.
+fn installed() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let found = |program: &str| Command::new(program).arg("--version").output().is_ok();
+        if found("redis-server") && found("redis-cli") {
+            return;
+        }
+        let script =
+            "apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server";
+        let installed = Command::new("sh")
+            .args(["-c", script])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            installed && found("redis-server"),
+            "the session-store tests need redis-server and redis-cli: install Redis or Valkey \
+             (Debian: apt-get install redis-server; macOS: brew install redis)"
+        );
+    });
 }
 
 impl Drop for Redis {
