@@ -9,7 +9,9 @@
 //!
 //! Layout: [`MAGIC`], the format version (u32), the writer (the server's version and engine, a
 //! length byte and text: what an incompatible state names), the BLAKE3 hash of what follows it,
-//! the size of the uncompressed body (u64), then the body as one LZ4 block. The body: the
+//! the size of the uncompressed body (u64), then the body in LZ4 blocks of [`CHUNK`] bytes (the
+//! last one shorter), each after its compressed size (u32), compressed and decompressed on all
+//! cores: this is on the path of every call that changes a session. The body: the
 //! fingerprint, the memory's size, its saved pages (offset and [`PAGE`] bytes each), the input
 //! files and the `/out` entries. Integers are little-endian.
 
@@ -24,6 +26,8 @@ use crate::vfs::Folder;
 const MAGIC: &[u8; 8] = b"SPYSESS\0";
 /// Bumped whenever the layout changes: a blob of another version is refused, not guessed at.
 pub const FORMAT: u32 = 1;
+/// Bytes of the body in one LZ4 block.
+const CHUNK: usize = 256 << 10;
 /// The longest writer a blob names.
 const MAX_WRITER: usize = u8::MAX as usize;
 
@@ -107,7 +111,12 @@ pub fn encode(
             }
         }
     }
-    let packed = lz4_flex::block::compress(&body);
+    let chunks: Vec<&[u8]> = body.chunks(CHUNK).collect();
+    let mut packed = Vec::with_capacity(body.len() / 2);
+    for block in on_all_cores(&chunks, |chunk| lz4_flex::block::compress(chunk)) {
+        packed.extend_from_slice(&(block.len() as u32).to_le_bytes());
+        packed.extend_from_slice(&block);
+    }
     let writer = &writer.as_bytes()[..writer.len().min(MAX_WRITER)];
     let mut blob = Vec::with_capacity(MAGIC.len() + 4 + 1 + writer.len() + 40 + packed.len());
     blob.extend_from_slice(MAGIC);
@@ -158,8 +167,24 @@ pub fn decode(
         .ok()
         .filter(|&s| s <= bounds.max_body())
         .ok_or_else(|| unreadable("larger than this server's limits allow"))?;
-    let body = lz4_flex::block::decompress(header.0, size)
-        .map_err(|e| FormatError::Unreadable(format!("cannot decompress: {e}")))?;
+    let mut blocks = Vec::with_capacity(size.div_ceil(CHUNK));
+    for start in (0..size).step_by(CHUNK) {
+        let packed = u32::from_le_bytes(header.take(4)?.try_into().expect("4 bytes"));
+        blocks.push((header.take(packed as usize)?, CHUNK.min(size - start)));
+    }
+    if !header.0.is_empty() {
+        return Err(unreadable("trailing bytes"));
+    }
+    let mut body = Vec::with_capacity(size);
+    for block in on_all_cores(&blocks, |&(packed, len)| {
+        lz4_flex::block::decompress(packed, len).map(|raw| (raw, len))
+    }) {
+        match block {
+            Ok((raw, len)) if raw.len() == len => body.extend_from_slice(&raw),
+            Ok(_) => return Err(unreadable("a block is shorter than it says")),
+            Err(e) => return Err(FormatError::Unreadable(format!("cannot decompress: {e}"))),
+        }
+    }
     let mut r = Reader(&body);
     if r.take(32)? != fingerprint {
         return Err(incompatible(
@@ -188,6 +213,26 @@ pub fn decode(
         return Err(unreadable("trailing bytes"));
     }
     Ok(State { snapshot, files })
+}
+
+/// `f` of each of `items`, in order, the items shared out between the machine's cores.
+fn on_all_cores<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    if cores < 2 || items.len() < 2 {
+        return items.iter().map(f).collect();
+    }
+    let per_core = items.len().div_ceil(cores);
+    std::thread::scope(|scope| {
+        let f = &f;
+        let parts: Vec<_> = items
+            .chunks(per_core)
+            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|part| part.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }
 
 fn put_u64(out: &mut Vec<u8>, n: usize) {

@@ -106,7 +106,9 @@ fn a_blob_from_elsewhere_or_damaged_is_refused_with_a_reason() {
 #[test]
 fn a_forged_blob_stays_within_this_servers_limits() {
     let forge = |body: &[u8], size: u64| {
-        let packed = lz4_flex::block::compress(body);
+        let block = lz4_flex::block::compress(body);
+        let mut packed = (block.len() as u32).to_le_bytes().to_vec();
+        packed.extend_from_slice(&block);
         let mut blob = MAGIC.to_vec();
         blob.extend_from_slice(&FORMAT.to_le_bytes());
         blob.push(WRITER.len() as u8);
@@ -137,4 +139,32 @@ fn a_forged_blob_stays_within_this_servers_limits() {
     put_u64(&mut body, 0);
     let err = decode(&forge(&body, body.len() as u64), WRITER, &PRINT, bounds()).unwrap_err();
     assert!(err.to_string().contains("input files"), "{err}");
+}
+
+/// A state larger than one block goes out in several, compressed on all cores, and comes back
+/// whole; losing or swapping any block is caught.
+#[test]
+fn a_large_state_spans_blocks_and_reads_back_whole() {
+    let pages = 3 * CHUNK / PAGE + 7;
+    let pristine = vec![0u8; pages * PAGE];
+    let live: Vec<u8> = (0..pristine.len())
+        .map(|i| (i / 3 % 251) as u8 ^ (i % PAGE == 0) as u8)
+        .collect();
+    let mut snapshot = Snapshot::default();
+    snapshot.capture(&live, &pristine, None);
+    let blob = encode(WRITER, &PRINT, &snapshot, None);
+    let roomy = Bounds {
+        memory_bytes: pages * PAGE,
+        ..bounds()
+    };
+    let state = decode(&blob, WRITER, &PRINT, roomy).unwrap();
+    let back: Vec<u8> = state
+        .snapshot
+        .pages()
+        .flat_map(|(_, p)| p.to_vec())
+        .collect();
+    assert_eq!(back, live);
+    for cut in [blob.len() - 1, blob.len() / 2, blob.len() / 3] {
+        decode(&blob[..cut], WRITER, &PRINT, roomy).unwrap_err();
+    }
 }
