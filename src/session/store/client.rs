@@ -182,8 +182,12 @@ impl SessionStore {
     /// be used, and nothing else about the session in clear.
     fn key(id: &str) -> String {
         let hash = Sha256::digest(format!("safe-python-session:{id}"));
-        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-        format!("safe-python:{hex}")
+        format!("safe-python:{hash:x}")
+    }
+
+    /// The key of the lease of the session at `key`.
+    fn lease_key(key: &str) -> String {
+        format!("{key}:lease")
     }
 
     /// Runs `op` on the store within [`OP_TIMEOUT`].
@@ -239,7 +243,7 @@ impl SessionStore {
             store: self.shown.clone(),
             cause: format!("no random lease token: {e}"),
         })?;
-        let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
+        let token = format!("{:032x}", u128::from_le_bytes(token));
         let deadline = tokio::time::Instant::now() + wait;
         let mut delay = POLL_DELAYS.0;
         loop {
@@ -248,7 +252,7 @@ impl SessionStore {
                     let mut conn = self.conn.clone();
                     let mut invocation = self.claim.key(&key);
                     invocation
-                        .key(format!("{key}:lease"))
+                        .key(Self::lease_key(&key))
                         .arg(&token)
                         .arg(lease.as_millis() as u64);
                     async move { invocation.invoke_async::<Vec<i64>>(&mut conn).await }
@@ -302,7 +306,7 @@ impl Claim {
         let mut conn = store.conn.clone();
         let mut invocation = store.commit.key(&self.key);
         invocation
-            .key(format!("{}:lease", self.key))
+            .key(SessionStore::lease_key(&self.key))
             .arg(&self.token)
             .arg(self.version)
             .arg(blob)
@@ -335,7 +339,7 @@ async fn release(
             let mut conn = store.conn.clone();
             let mut invocation = store.release.key(key);
             invocation
-                .key(format!("{key}:lease"))
+                .key(SessionStore::lease_key(key))
                 .arg(token)
                 .arg(store.idle.as_millis() as u64)
                 .arg(calls.map(|c| c.to_string()).unwrap_or_default());
