@@ -100,7 +100,7 @@ pub struct Args {
     #[arg(
         long,
         value_name = "URL",
-        default_value = "memory",
+        default_value = MEMORY_STORE,
         env = "SAFE_PYTHON_SESSION_STORE"
     )]
     pub session_store: String,
