@@ -51,10 +51,7 @@ impl Remote {
         };
         let claim = self.claim(id).await?;
         if claim.version == 0 {
-            return Err(SessionError::NotStored {
-                id,
-                idle: sessions.limits.idle,
-            });
+            return Err(self.not_stored(id));
         }
         // A session made here is read (or emptied) once, before it is shared.
         let (shared, finishing, made) = match sessions.find(id) {
@@ -111,6 +108,14 @@ impl Remote {
             })
     }
 
+    /// Session `id` is not in the store (its key expired after the store's idle time).
+    fn not_stored(&self, id: SessionId) -> SessionError {
+        SessionError::NotStored {
+            id,
+            idle: self.store.idle(),
+        }
+    }
+
     /// Session `id` as the store holds it.
     async fn read(
         &self,
@@ -118,10 +123,7 @@ impl Remote {
         claim: &Claim,
         sandbox: &Sandbox,
     ) -> Result<Session, SessionError> {
-        let blob = claim.load().await?.ok_or(SessionError::NotStored {
-            id,
-            idle: self.store.idle(),
-        })?;
+        let blob = claim.load().await?.ok_or_else(|| self.not_stored(id))?;
         let fingerprint = sandbox.session_fingerprint().await?;
         let (bounds, writer) = (self.bounds, self.writer.clone());
         let decode = move || format::decode(&blob, &writer, &fingerprint, bounds);
