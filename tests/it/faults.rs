@@ -74,9 +74,7 @@ fn signal_during_a_run(signal: libc::c_int) {
                 .as_str()
                 .is_some_and(|m| m.contains("running"))
     });
-    let pid = libc::pid_t::try_from(raw.pid()).unwrap();
-    // SAFETY: kill(2) with a valid signal number on our own child, which has not been reaped.
-    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    common::signal(raw.pid(), signal);
     assert_exits_0(&mut raw, &format!("signal {signal} during a run"));
 }
 

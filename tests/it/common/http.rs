@@ -109,9 +109,7 @@ impl HttpServer {
     /// Sends `signal` to the server.
     #[cfg(unix)]
     pub fn signal(&self, signal: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
-        // SAFETY: kill(2) with a valid signal number on our own child, which has not been reaped.
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        super::signal(self.child.id(), signal);
     }
 
     #[cfg(unix)]

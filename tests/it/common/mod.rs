@@ -23,6 +23,14 @@ use safe_python_executor::{
     ImportPolicy, Limits, RunOptions, RunResult, Sandbox, SandboxOptions, Setup,
 };
 
+/// Sends `signal` to the process `pid`, a child of the test not yet reaped.
+#[cfg(unix)]
+pub fn signal(pid: u32, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).unwrap();
+    // SAFETY: kill(2) with a valid signal number on our own child, which has not been reaped.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+}
+
 /// The compiled-module cache every test (and every binary they spawn) shares.
 pub fn cache_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("module-cache")

@@ -82,9 +82,7 @@ impl Redis {
     /// Stops the server (SIGTERM: it writes what it must and exits) and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let pid = libc::pid_t::try_from(child.id()).unwrap();
-            // SAFETY: kill(2) on our own child, not yet reaped.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
+            super::signal(child.id(), libc::SIGTERM);
             child.wait().unwrap();
         }
     }
