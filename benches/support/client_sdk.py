@@ -1,21 +1,27 @@
-"""The HTTP bench's Python client: `python http_sdk.py URL CONNECTIONS CALLS`.
+"""The HTTP bench's Python client: `python client_sdk.py TARGET IN_FLIGHT CALLS`.
 
-The MCP Python SDK's client (over httpx, keep-alive), CONNECTIONS calls in flight (so as many
-connections) until CALLS `run_python` calls of `x = 1` are answered. Prints one JSON line: calls,
+The MCP Python SDK's client, IN_FLIGHT calls at a time until CALLS `run_python` calls of `x = 1`
+are answered, over either transport: TARGET an http:// URL (streamable HTTP over httpx,
+keep-alive, so one connection per call in flight), or the path of a server, which the SDK spawns
+and speaks stdio to (the bench's reference, measured by the same client). Prints one JSON line: calls,
 calls per second, p50, p90 and max in ms, and the CPU time this client spent per call in ms (`cpu`:
 what the client itself costs the machine).
 """
 
 import asyncio
 import json
+import os
 import sys
 import time
 
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 
-async def main(url: str, connections: int, calls: int) -> None:
-    async with Client(url) as client:
+async def main(target: str, in_flight: int, calls: int) -> None:
+    # The server inherits this environment (its module cache), which the SDK would otherwise trim.
+    server = target if target.startswith("http") else StdioServerParameters(
+        command=target, env=dict(os.environ))
+    async with Client(server) as client:
         for _ in range(20):
             await client.call_tool("run_python", {"code": "x = 1"})
         times: list[float] = []
@@ -31,7 +37,7 @@ async def main(url: str, connections: int, calls: int) -> None:
                     raise RuntimeError(f"a call failed: {reply}")
 
         started, cpu = time.perf_counter(), time.process_time()
-        await asyncio.gather(*(caller() for _ in range(connections)))
+        await asyncio.gather(*(caller() for _ in range(in_flight)))
         seconds = time.perf_counter() - started
         cpu = time.process_time() - cpu
     times.sort()
