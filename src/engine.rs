@@ -112,10 +112,21 @@ pub const POOL_SLOTS: u32 = 1100;
 /// second, 16 MiB no better. More does not help because wasmtime 48 takes at most 32 written
 /// regions per scan and gives back the rest, so scattered writes still fault: about 120 page
 /// faults per fresh trivial call in the server (`perf record -e page-faults` over the bench).
+/// The pages a trivial call writes are now populated before its guest runs (`Sandbox::warm_up`),
+/// so those faults no longer flush other cores' TLBs.
 /// Sessions count resident pages as possibly written when they snapshot
 /// (`crate::sandbox::pagemap`), so this also bounds the extra pages a session in a reused slot
 /// compares.
 pub const POOL_KEEP_RESIDENT: usize = 4 << 20;
+
+/// Bytes of a used slot's function table reset in place and kept resident, as
+/// [`POOL_KEEP_RESIDENT`] does for memory. The guest's table is filled lazily: a call reads an
+/// entry, finds it empty and has wasmtime write it, and a page first read then written is a
+/// copy-on-write fault that flushes the other cores' TLBs. Decommitted after each call (wasmtime's
+/// default), the table caused the 7 flushes per fresh `x = 1` call that were left once the sandbox
+/// populates the memory pages a call writes (`Sandbox::warm_up`); kept resident, none (see
+/// docs/benchmarks.md). A call writes few of its pages; this bounds them.
+pub const POOL_TABLE_KEEP_RESIDENT: usize = 1 << 20;
 
 /// An engine whose instances are allocated from a pool of `slots` (by default [`POOL_SLOTS`]): the
 /// same compiled code as [`new`]'s (allocation is not part of the compilation settings), so both
@@ -131,6 +142,7 @@ pub fn pooled(features: Features, metering: Metering, slots: u32) -> wasmtime::R
         .max_core_instance_size(16 << 20)
         .max_memory_size(Limits::MAX_MEMORY_BYTES)
         .linear_memory_keep_resident(POOL_KEEP_RESIDENT)
+        .table_keep_resident(POOL_TABLE_KEEP_RESIDENT)
         // Reuse the slots used last before touching new ones: the slots a server ever uses are
         // then as many as its instances at once, and so is what they keep resident. With
         // wasmtime's default (100 unused slots kept warm), an idle server held 571 MiB of private

@@ -40,7 +40,14 @@ fn open_with_template(flags: &crate::flags::SandboxFlags) -> anyhow::Result<Sand
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(sandbox.template())?;
+        .block_on(async {
+            sandbox.template().await?;
+            // Worth it only to a server: it makes every fresh call after it cheaper.
+            if let Err(e) = sandbox.warm_up(&flags.run_options()).await {
+                tracing::warn!("the warm-up call failed: {e}");
+            }
+            Ok::<_, crate::sandbox::SandboxError>(())
+        })?;
     Ok(sandbox)
 }
 

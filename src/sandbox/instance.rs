@@ -95,7 +95,11 @@ impl Instance {
     async fn enter(&mut self, sandbox: &Sandbox) -> wasmtime::Result<()> {
         let memory = match &self.exports {
             Some(exports) => exports.memory,
-            None => self.instantiate(sandbox).await?,
+            None => {
+                let memory = self.instantiate(sandbox).await?;
+                sandbox.prefault(memory.data_mut(&mut self.store));
+                memory
+            }
         };
         self.rescan(sandbox, memory)?;
         let Instance { store, exports, .. } = self;
@@ -176,6 +180,7 @@ impl Instance {
             let e = wasmtime::format_err!("cannot map the engine's template");
             return Err(SandboxError::Setup(e));
         }
+        sandbox.prefault(memory.data_mut(&mut instance.store));
         instance.write_pages(memory, len, pages)?;
         Ok(instance)
     }

@@ -20,6 +20,7 @@ mod instance;
 mod mount;
 pub(crate) mod pagemap;
 mod pool;
+mod prefault;
 pub(crate) mod scan_flag;
 mod service;
 pub(crate) mod snapshot;
@@ -28,7 +29,7 @@ mod template;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::OnceCell;
 use wasmtime::{Engine, InstancePre, Linker, Module, Store};
@@ -180,6 +181,8 @@ pub struct Sandbox {
     /// What a session's memory depends on, hashed when a session store first needs it (see
     /// [`Sandbox::session_fingerprint`]).
     fingerprint: Arc<OnceCell<[u8; 32]>>,
+    /// The pages a fresh call writes, once [`Sandbox::warm_up`] learned them.
+    hot_pages: Arc<OnceLock<prefault::HotPages>>,
 }
 
 impl Sandbox {
@@ -222,6 +225,7 @@ impl Sandbox {
             template: Arc::default(),
             pool: None,
             fingerprint: Arc::default(),
+            hot_pages: Arc::default(),
         })
     }
 

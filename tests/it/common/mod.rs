@@ -109,8 +109,23 @@ impl Each for Engine {
                 check: false,
                 progress: &mut |_| {},
             };
-            self.open(options, &mut setup, None)
-                .expect("the engine starts")
+            let sandbox = self
+                .open(options, &mut setup, None)
+                .expect("the engine starts");
+            // As the server does at start: each fresh call then begins with the pages a trivial
+            // call writes already populated, so the suite runs what the server runs. On a thread
+            // of its own, as the first caller may be inside a runtime.
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("a runtime")
+                        .block_on(sandbox.warm_up(&RunOptions::default()))
+                        .expect("the warm-up call runs")
+                });
+            });
+            sandbox
         })
     }
 
