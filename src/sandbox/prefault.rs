@@ -23,7 +23,7 @@ use super::{FRESH_FILENAME, RunOptions, Sandbox, SandboxError};
 const MAX_BYTES: usize = 8 << 20;
 
 /// Byte ranges of a linear memory, each a run of whole pages.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct HotPages(Vec<(usize, usize)>);
 
 impl HotPages {

@@ -2,7 +2,10 @@
 //! slots are reset and reused (`engine::pooled`), so each test here runs calls one after another
 //! on one sandbox, which puts each call in the slot the previous one left, and checks that nothing
 //! of the previous call is there: not its globals, builtins, modules, files or random state,
-//! whether it completed or was stopped by a limit. And a full pool refuses nothing.
+//! whether it completed or was stopped by a limit. And a full pool refuses nothing. The suite's
+//! sandboxes are warmed up as the server's are, so each fresh instance of either engine starts
+//! with the pages a trivial call writes already populated (`sandbox::prefault`): the first test
+//! runs on both.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +14,9 @@ use safe_python_executor::{
     ImportPolicy, InputFiles, Limits, RunOptions, RunResult, Sandbox, SandboxOptions, Session,
 };
 
-use crate::common::{self, completed_value, run_with, runtime, sandbox, tight};
+use crate::common::{
+    self, Each, Engine, completed_value, run_in, run_with, runtime, sandbox, tight,
+};
 
 /// What a fresh interpreter looks like to its code: the names in `__main__` and `builtins`, the
 /// loaded modules, and a mark any earlier call would have left in each.
@@ -37,8 +42,12 @@ fn imports_allowed() -> RunOptions {
     }
 }
 
+fn state_in(sandbox: &Sandbox) -> String {
+    completed_value(STATE, run_in(sandbox, STATE, &imports_allowed())).expect("a value")
+}
+
 fn state() -> String {
-    completed_value(STATE, run_with(STATE, &imports_allowed())).expect("a value")
+    state_in(sandbox())
 }
 
 fn limited(limits: Limits) -> RunOptions {
@@ -50,40 +59,51 @@ fn limited(limits: Limits) -> RunOptions {
 
 #[test]
 fn a_fresh_call_sees_nothing_of_the_calls_before_it_whether_they_completed_or_hit_a_limit() {
-    let clean = state();
-    assert!(!clean.contains("left-behind"), "{clean}");
-    let stopped = [
-        ("completed", "", imports_allowed()),
-        (
-            "timeout",
-            "while True: pass",
-            limited(Limits {
-                timeout: Duration::from_millis(300),
-                ..tight()
-            }),
-        ),
-        (
-            "fuel",
-            "while True: pass",
-            limited(Limits {
-                fuel: 50_000_000,
-                ..tight()
-            }),
-        ),
-        (
-            "memory",
-            "hog = bytearray(1 << 30)",
-            limited(Limits {
-                memory_bytes: 48 << 20,
-                ..tight()
-            }),
-        ),
-    ];
-    for (how, tail, options) in stopped {
-        for _ in 0..3 {
-            let r = run_with(&format!("{DIRTY}{tail}"), &options);
-            assert_eq!(r.is_failure(), !tail.is_empty(), "{how}: {r:#?}");
-            assert_eq!(state(), clean, "after a call that ended by {how}");
+    for engine in Engine::ALL {
+        let sandbox = engine.sandbox();
+        let clean = state_in(sandbox);
+        assert!(!clean.contains("left-behind"), "{engine:?}: {clean}");
+        let stopped = [
+            ("completed", "", imports_allowed()),
+            (
+                "timeout",
+                "while True: pass",
+                limited(Limits {
+                    timeout: Duration::from_millis(300),
+                    ..tight()
+                }),
+            ),
+            (
+                "fuel",
+                "while True: pass",
+                limited(Limits {
+                    fuel: 50_000_000,
+                    ..tight()
+                }),
+            ),
+            (
+                "memory",
+                "hog = bytearray(1 << 30)",
+                limited(Limits {
+                    memory_bytes: 64 << 20,
+                    ..tight()
+                }),
+            ),
+        ];
+        for (how, tail, options) in stopped {
+            for _ in 0..3 {
+                let r = run_in(sandbox, &format!("{DIRTY}{tail}"), &options);
+                assert_eq!(
+                    r.is_failure(),
+                    !tail.is_empty(),
+                    "{engine:?}, {how}: {r:#?}"
+                );
+                assert_eq!(
+                    state_in(sandbox),
+                    clean,
+                    "{engine:?}: after a call that ended by {how}"
+                );
+            }
         }
     }
 }

@@ -24,8 +24,13 @@ fn preloading(preload: Vec<String>) -> Sandbox {
 fn data_stack() -> &'static Sandbox {
     static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
     SANDBOX.get_or_init(|| {
-        let policy = ImportPolicy::with_extra([ImportPolicy::DATA_STACK_ALIAS]);
-        preloading(safe_python_executor::template_preloads(&policy))
+        let policy = Arc::new(ImportPolicy::with_extra([ImportPolicy::DATA_STACK_ALIAS]));
+        let sandbox = preloading(safe_python_executor::template_preloads(&policy));
+        let options = RunOptions {
+            policy,
+            ..RunOptions::default()
+        };
+        common::warmed_up(sandbox, &options)
     })
 }
 

@@ -80,6 +80,23 @@ fn install(engine: Engine) {
         .expect("the engine installs");
 }
 
+/// `sandbox` after [`Sandbox::warm_up`] under `options`, as the server does at start: each fresh
+/// call then begins with the pages a trivial call writes already populated, so the suite runs
+/// what the server runs. On a thread of its own, as the caller may be inside a runtime.
+pub fn warmed_up(sandbox: Sandbox, options: &RunOptions) -> Sandbox {
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime")
+                .block_on(sandbox.warm_up(options))
+                .expect("the warm-up call runs")
+        });
+    });
+    sandbox
+}
+
 /// The engines, for tests that run the same thing on each.
 pub use safe_python_executor::EngineKind as Engine;
 
@@ -112,20 +129,7 @@ impl Each for Engine {
             let sandbox = self
                 .open(options, &mut setup, None)
                 .expect("the engine starts");
-            // As the server does at start: each fresh call then begins with the pages a trivial
-            // call writes already populated, so the suite runs what the server runs. On a thread
-            // of its own, as the first caller may be inside a runtime.
-            std::thread::scope(|scope| {
-                scope.spawn(|| {
-                    tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .expect("a runtime")
-                        .block_on(sandbox.warm_up(&RunOptions::default()))
-                        .expect("the warm-up call runs")
-                });
-            });
-            sandbox
+            warmed_up(sandbox, &RunOptions::default())
         })
     }
 
