@@ -68,6 +68,7 @@ impl Sandbox {
         if self.hot_pages.get().is_some() {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         let mut instance = self.fresh().await?;
         instance
             .call(self, "x = 1", FRESH_FILENAME, options)
@@ -75,6 +76,7 @@ impl Sandbox {
         if let Some(hot) = instance.memory().and_then(HotPages::learn) {
             let _ = self.hot_pages.set(hot);
         }
+        tracing::debug!("warmed up in {:?}", started.elapsed());
         Ok(())
     }
 
