@@ -286,10 +286,15 @@ def _install():
     def main_globals():
         if state["main"] is None:
             # The template may have imported them (preload.rs, beside it): each instance
-            # draws its own numbers.
-            for generator in ("random", "numpy.random"):
-                if generator in sys.modules:
-                    sys.modules[generator].seed()
+            # draws its own numbers. numpy's generator takes a full MT19937 key of the host's
+            # entropy, which costs half the fuel of its seed() from OS entropy (a SeedSequence):
+            # 1.0 M against 2.1 M per fresh call.
+            if "random" in sys.modules:
+                sys.modules["random"].seed()
+            if "numpy.random" in sys.modules:
+                numpy = sys.modules["numpy"]
+                key = numpy.frombuffer(os.urandom(624 * 4), dtype=numpy.uint32)
+                sys.modules["numpy.random"].seed(key)
             module = types.ModuleType("__main__")
             module.__dict__["__builtins__"] = builtins
             state["main"] = module
