@@ -18,6 +18,8 @@
 // Used by the store's client; compiled (and tested) without it too.
 #![cfg_attr(not(feature = "store"), allow(dead_code))]
 
+use rayon::prelude::*;
+
 use crate::sandbox::files::{FileLimits, InputFiles};
 use crate::sandbox::pagemap::PAGE;
 use crate::sandbox::snapshot::Snapshot;
@@ -111,9 +113,12 @@ pub fn encode(
             }
         }
     }
-    let chunks: Vec<&[u8]> = body.chunks(CHUNK).collect();
+    let blocks: Vec<Vec<u8>> = body
+        .par_chunks(CHUNK)
+        .map(lz4_flex::block::compress)
+        .collect();
     let mut packed = Vec::with_capacity(body.len() / 2);
-    for block in on_all_cores(&chunks, |chunk| lz4_flex::block::compress(chunk)) {
+    for block in blocks {
         packed.extend_from_slice(&(block.len() as u32).to_le_bytes());
         packed.extend_from_slice(&block);
     }
@@ -176,9 +181,11 @@ pub fn decode(
         return Err(unreadable("trailing bytes"));
     }
     let mut body = Vec::with_capacity(size);
-    for block in on_all_cores(&blocks, |&(packed, len)| {
-        lz4_flex::block::decompress(packed, len).map(|raw| (raw, len))
-    }) {
+    let blocks: Vec<_> = blocks
+        .par_iter()
+        .map(|&(packed, len)| lz4_flex::block::decompress(packed, len).map(|raw| (raw, len)))
+        .collect();
+    for block in blocks {
         match block {
             Ok((raw, len)) if raw.len() == len => body.extend_from_slice(&raw),
             Ok(_) => return Err(unreadable("a block is shorter than it says")),
@@ -213,26 +220,6 @@ pub fn decode(
         return Err(unreadable("trailing bytes"));
     }
     Ok(State { snapshot, files })
-}
-
-/// `f` of each of `items`, in order, the items shared out between the machine's cores.
-fn on_all_cores<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    if cores < 2 || items.len() < 2 {
-        return items.iter().map(f).collect();
-    }
-    let per_core = items.len().div_ceil(cores);
-    std::thread::scope(|scope| {
-        let f = &f;
-        let parts: Vec<_> = items
-            .chunks(per_core)
-            .map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|part| part.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
 }
 
 fn put_u64(out: &mut Vec<u8>, n: usize) {

@@ -142,7 +142,7 @@ fn a_forged_blob_stays_within_this_servers_limits() {
 }
 
 /// A state larger than one block goes out in several, compressed on all cores, and comes back
-/// whole; losing or swapping any block is caught.
+/// whole; a blob cut short anywhere among its blocks is refused.
 #[test]
 fn a_large_state_spans_blocks_and_reads_back_whole() {
     let pages = 3 * CHUNK / PAGE + 7;
