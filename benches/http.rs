@@ -36,7 +36,7 @@ use common::client::{Client, run_python, transport};
 use common::http::HttpServer;
 use common::spawn::MCP;
 use rmcp::ServiceExt;
-use support::percentile;
+use support::{load_average, percentile, verdict};
 
 const CALLS: usize = 2000;
 const CONNECTIONS: usize = 8;
@@ -71,13 +71,9 @@ impl Figures {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "HTTP beside stdio, `x = 1` fresh calls, {CONNECTIONS} in flight unless said (load average before: {})",
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        load_average()
     );
     let (stdio, server_cpu) = stdio().await?;
     println!("{}", stdio.line("server, stdio (rmcp client):"));
@@ -179,10 +175,6 @@ fn print_cpu(figures: &Figures, server: Option<f64>) {
         Some(server) => println!(", server {server:.2} ms"),
         None => println!(),
     }
-}
-
-fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "NOT met" }
 }
 
 /// Throughput and latency over stdio, [`CONNECTIONS`] calls in flight on one connection, from the

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::client::{new_session, run_python as call, transport};
 use rmcp::ServiceExt;
 use safe_python_executor::{Limits, RunOptions, Sandbox, SandboxOptions, Session};
-use support::{percentile, status_mib};
+use support::{p50_p90, percentile, status_mib};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -39,8 +39,7 @@ async fn over_mcp() -> anyhow::Result<()> {
             anyhow::ensure!(r.is_error == Some(false), "a call failed: {r:?}");
             tokio::time::sleep(pause).await;
         }
-        times.sort();
-        anyhow::Ok((percentile(&times, 50), percentile(&times, 90)))
+        anyhow::Ok(p50_p90(&mut times))
     };
     let pause = Duration::from_millis(20);
     let bench = new_session(&client, "None").await;

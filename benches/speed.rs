@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use common::client::{Client, new_session, run_python, structured, transport};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{ServiceExt, tool, tool_router};
-use support::{percentile, status_mib};
+use support::{load_average, p50_p90, status_mib, verdict};
 
 /// The argument that makes this bench the floor server.
 const FLOOR_ARG: &str = "--floor-server";
@@ -55,8 +55,10 @@ struct Targets {
 impl Targets {
     /// The targets for a server started with `flags` (its engine and allowed modules).
     fn of(flags: &[String]) -> Targets {
-        let has = |flag: &str, value: &str| flags.windows(2).any(|w| w[0] == flag && w[1] == value);
-        match (has("--engine", "cpython"), has("--allow", "@data")) {
+        match (
+            has(flags, "--engine", "cpython"),
+            has(flags, "--allow", "@data"),
+        ) {
             (false, _) => Targets {
                 issue: 16,
                 server_ms: 0.5,
@@ -71,6 +73,11 @@ impl Targets {
             },
         }
     }
+}
+
+/// Whether `flags` hold `flag value`.
+fn has(flags: &[String], flag: &str, value: &str) -> bool {
+    flags.windows(2).any(|w| w[0] == flag && w[1] == value)
 }
 
 /// The server flags this bench was given after `--`: `--engine NAME` and `--allow MODULES` only
@@ -133,12 +140,6 @@ fn main() -> anyhow::Result<()> {
         .block_on(bench())
 }
 
-/// p50 and p90 of `times`, in ms.
-fn p50_p90(times: &mut [Duration]) -> (f64, f64) {
-    times.sort();
-    (percentile(times, 50), percentile(times, 90))
-}
-
 /// One call of `code` (fresh, or in `session`), which must succeed; how long it took.
 async fn timed(client: &Client, code: &str, session: Option<&str>) -> anyhow::Result<Duration> {
     let started = Instant::now();
@@ -177,24 +178,16 @@ async fn throughput(
     Ok(THROUGHPUT_CALLS as f64 / started.elapsed().as_secs_f64())
 }
 
-fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "NOT met" }
-}
-
 async fn bench() -> anyhow::Result<()> {
     let flags = server_flags()?;
     let targets = Targets::of(&flags);
-    if flags.iter().any(|f| f == "cpython") {
+    if has(&flags, "--engine", "cpython") {
         common::cpython_artifacts();
     }
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "issue {}'s figures, server flags {flags:?} (load average before: {})",
         targets.issue,
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        load_average()
     );
     let mut floor_command = Command::new(std::env::current_exe()?);
     floor_command.arg(FLOOR_ARG);

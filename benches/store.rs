@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use common::client::{Client, run_python, structured, transport};
 use common::redis::Redis;
 use rmcp::ServiceExt;
-use support::percentile;
+use support::{p50_p90, verdict};
 
 const CALLS: usize = 300;
 const TARGET_ADDED_MS: f64 = 3.0;
@@ -72,10 +72,6 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "MISSED" }
-}
-
 /// A server over stdio with `args`, its sessions in `store` if given, ready (its sandbox warm).
 async fn server(args: &[&str], store: Option<&str>) -> anyhow::Result<Client> {
     let mut args = args.to_vec();
@@ -107,6 +103,5 @@ async fn timed(clients: &[&Client], id: &str) -> anyhow::Result<(f64, f64)> {
         times.push(started.elapsed());
         anyhow::ensure!(reply.is_error == Some(false), "a call failed: {reply:?}");
     }
-    times.sort();
-    Ok((percentile(&times, 50), percentile(&times, 90)))
+    Ok(p50_p90(&mut times))
 }

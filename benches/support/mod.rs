@@ -14,6 +14,27 @@ pub fn percentile(sorted: &[Duration], p: usize) -> f64 {
     ms(sorted[(sorted.len() * p / 100).min(sorted.len() - 1)])
 }
 
+/// Sorts `times` and gives their p50 and p90, in ms.
+pub fn p50_p90(times: &mut [Duration]) -> (f64, f64) {
+    times.sort();
+    (percentile(times, 50), percentile(times, 90))
+}
+
+/// How a figure compares with its target, as every bench prints it.
+pub fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "NOT met" }
+}
+
+/// The machine's load averages over 1, 5 and 15 minutes, as `/proc/loadavg` gives them (empty
+/// where there is none): printed before a run, since the figures depend on it.
+pub fn load_average() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    load.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// A `/proc/<pid>/status` figure, in MiB. `RssAnon` is the process's private memory; `VmRSS` adds
 /// the file pages it maps (the compiled guest's image, shared with every instance).
 pub fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
