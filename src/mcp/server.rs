@@ -35,8 +35,13 @@ use crate::{Stream, ToolCallRecord};
 
 /// Opens the sandbox and builds the engine's template (see [`Sandbox::template`]), so
 /// that no call pays for either; on the loader's own thread, as `initialize` must not wait.
-fn open_with_template(flags: &crate::flags::SandboxFlags) -> anyhow::Result<Sandbox> {
+fn open_with_template(
+    flags: &crate::flags::SandboxFlags,
+    workers: usize,
+) -> anyhow::Result<Sandbox> {
     let sandbox = flags.open_sandbox(true, crate::flags::log_compile_notice)?;
+    // No more fresh calls run at once than workers: kept instances beyond that would sit idle.
+    sandbox.keep_spare_instances(workers);
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
@@ -74,18 +79,18 @@ impl PythonServer {
     pub fn start(args: &Args, tools: Option<ToolAccess>, sessions: Arc<Sessions>) -> Self {
         let (ready, sandbox) = watch::channel(None);
         let flags = args.sandbox.clone();
+        let workers = args
+            .workers
+            .map(usize::from)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
         std::thread::spawn(move || {
-            let sandbox = open_with_template(&flags).map_err(|e| format!("{e:#}"));
+            let sandbox = open_with_template(&flags, workers).map_err(|e| format!("{e:#}"));
             match &sandbox {
                 Ok(_) => tracing::info!("sandbox ready"),
                 Err(e) => tracing::error!("the sandbox cannot start: {e}"),
             }
             let _ = ready.send(Some(sandbox));
         });
-        let workers = args
-            .workers
-            .map(usize::from)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
         let mut options = args.sandbox.run_options();
         if tools.is_some() {
             // Calls run concurrently under asyncio: with upstreams, it is allowed unless denied.

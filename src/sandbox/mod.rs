@@ -21,6 +21,7 @@ mod mount;
 pub(crate) mod pagemap;
 mod pool;
 mod prefault;
+mod recycle;
 pub(crate) mod scan_flag;
 mod service;
 pub(crate) mod snapshot;
@@ -183,6 +184,8 @@ pub struct Sandbox {
     fingerprint: Arc<OnceCell<[u8; 32]>>,
     /// The pages a fresh call writes, once [`Sandbox::warm_up`] learned them.
     hot_pages: Arc<OnceLock<prefault::HotPages>>,
+    /// Instances of the template kept for the next fresh calls ([`recycle`]).
+    spares: Arc<recycle::Spares>,
 }
 
 impl Sandbox {
@@ -226,6 +229,7 @@ impl Sandbox {
             pool: None,
             fingerprint: Arc::default(),
             hot_pages: Arc::default(),
+            spares: Arc::new(recycle::Spares::new()),
         })
     }
 
@@ -272,11 +276,12 @@ impl Sandbox {
             let folder = files::new_folder(files);
             instance.mount_files(self, files, folder, true)?;
         }
-        let mut result = instance
-            .call(self, code, FRESH_FILENAME, options)
-            .await?
-            .result;
+        let call = instance.call(self, code, FRESH_FILENAME, options).await?;
+        let mut result = call.result;
         result.files = instance.output_files();
+        if !call.broken {
+            self.recycle(instance);
+        }
         Ok(result)
     }
 }

@@ -70,11 +70,15 @@ impl Sandbox {
         }
         let started = std::time::Instant::now();
         let mut instance = self.fresh().await?;
-        instance
+        let call = instance
             .call(self, "x = 1", FRESH_FILENAME, options)
             .await?;
         if let Some(hot) = instance.memory().and_then(HotPages::learn) {
             let _ = self.hot_pages.set(hot);
+        }
+        // Kept, where the engine keeps instances, it serves the first call.
+        if !call.broken {
+            self.recycle(instance);
         }
         tracing::debug!("warmed up in {:?}", started.elapsed());
         Ok(())
@@ -115,38 +119,9 @@ mod imp {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    use rustix::mm::{MapFlags, ProtFlags};
-
     use super::*;
     use crate::sandbox::cow::Image;
-
-    const PAGES: usize = 16;
-
-    /// A page-aligned private anonymous mapping of [`PAGES`] pages, unmapped when dropped.
-    struct Mapping(&'static mut [u8]);
-
-    impl Mapping {
-        fn new() -> Mapping {
-            // SAFETY: a fresh anonymous mapping, owned by the returned value alone.
-            unsafe {
-                let at = rustix::mm::mmap_anonymous(
-                    std::ptr::null_mut(),
-                    PAGES * PAGE,
-                    ProtFlags::READ | ProtFlags::WRITE,
-                    MapFlags::PRIVATE,
-                )
-                .expect("an anonymous mapping");
-                Mapping(std::slice::from_raw_parts_mut(at.cast(), PAGES * PAGE))
-            }
-        }
-    }
-
-    impl Drop for Mapping {
-        fn drop(&mut self) {
-            // SAFETY: the mapping made in `new`, no longer borrowed.
-            let _ = unsafe { rustix::mm::munmap(self.0.as_mut_ptr().cast(), self.0.len()) };
-        }
-    }
+    use crate::sandbox::cow::tests::{Mapping, PAGES};
 
     fn written_pages(memory: &[u8]) -> Vec<usize> {
         let written = pagemap::written(memory).expect("the kernel tells written pages");
@@ -157,7 +132,7 @@ mod tests {
     fn learns_the_pages_a_call_wrote_and_populates_them_unchanged() {
         let bytes: Vec<u8> = (0..PAGES * PAGE).map(|i| (i / PAGE + 1) as u8).collect();
         let image = Image::new(&bytes).expect("a memfd image");
-        let first = Mapping::new();
+        let first = Mapping::new(PAGES);
         assert!(image.map_over(first.0));
         // Every page read, as a guest does; three written, two of them next to each other.
         let sum = |memory: &[u8]| memory.iter().map(|&b| u64::from(b)).sum::<u64>();
@@ -168,7 +143,7 @@ mod tests {
         let hot = HotPages::learn(first.0).expect("a few pages are learned");
         assert_eq!(hot.0, [(PAGE, 2 * PAGE), (5 * PAGE, PAGE)]);
 
-        let next = Mapping::new();
+        let next = Mapping::new(PAGES);
         assert!(image.map_over(next.0));
         assert_eq!(written_pages(next.0), [0usize; 0]);
         hot.populate(next.0);

@@ -118,19 +118,32 @@ impl Sandbox {
         Ok(template.clone())
     }
 
-    /// A new instance for one fresh call: from the engine's template, or as the module was
-    /// compiled where it has none.
+    /// An instance for one fresh call: from the engine's template (one kept from an earlier call
+    /// if any, see [`Self::recycle`]), or as the module was compiled where it has none.
     pub(crate) async fn fresh(&self) -> Result<Instance, SandboxError> {
         match self.built_template().await?.as_deref() {
             Some(Template {
                 memory: Memory::Image { image, .. },
                 ..
-            }) => Instance::with_image(self, MAX, image, 0, empty()).await,
+            }) => match self.spares.take() {
+                Some(kept) => Ok(kept),
+                None => Instance::with_image(self, MAX, image, 0, empty()).await,
+            },
             Some(Template {
                 memory: Memory::Pages(t),
                 ..
             }) => Instance::with_memory(self, MAX, t.len, t.pages()).await,
             None => Instance::new(self),
+        }
+    }
+
+    /// Takes back `instance`, made by [`Self::fresh`], after a call that returned normally: where
+    /// the template is mapped, it is reset and kept for the next fresh call ([`super::recycle`]).
+    pub(crate) fn recycle(&self, instance: Instance) {
+        if let Some(Some(template)) = self.template.get()
+            && let Memory::Image { image, .. } = &template.memory
+        {
+            self.spares.put(instance, image, self);
         }
     }
 

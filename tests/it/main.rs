@@ -28,6 +28,7 @@ mod mcp_files;
 mod plots;
 mod pool;
 mod readme;
+mod recycle;
 mod release_versions;
 mod scale;
 mod schema;

@@ -97,6 +97,25 @@ pub fn warmed_up(sandbox: Sandbox, options: &RunOptions) -> Sandbox {
     sandbox
 }
 
+/// A new sandbox of `engine` (installed first if need be), warmed up: for a test that needs one of
+/// its own rather than the suite's [`Each::sandbox`].
+pub fn opened(engine: Engine) -> Sandbox {
+    install(engine);
+    let options = SandboxOptions {
+        cache_dir: Some(cache_dir()),
+        ..SandboxOptions::default()
+    };
+    let mut setup = Setup {
+        package: None,
+        check: false,
+        progress: &mut |_| {},
+    };
+    let sandbox = engine
+        .open(options, &mut setup, None)
+        .expect("the engine starts");
+    warmed_up(sandbox, &RunOptions::default())
+}
+
 /// The engines, for tests that run the same thing on each.
 pub use safe_python_executor::EngineKind as Engine;
 
@@ -115,22 +134,7 @@ impl Each for Engine {
         static SANDBOXES: [OnceLock<Sandbox>; Engine::ALL.len()] =
             [const { OnceLock::new() }; Engine::ALL.len()];
         let at = Engine::ALL.iter().position(|&e| e == self).expect("listed");
-        SANDBOXES[at].get_or_init(|| {
-            install(self);
-            let options = SandboxOptions {
-                cache_dir: Some(cache_dir()),
-                ..SandboxOptions::default()
-            };
-            let mut setup = Setup {
-                package: None,
-                check: false,
-                progress: &mut |_| {},
-            };
-            let sandbox = self
-                .open(options, &mut setup, None)
-                .expect("the engine starts");
-            warmed_up(sandbox, &RunOptions::default())
-        })
+        SANDBOXES[at].get_or_init(|| opened(self))
     }
 
     fn flags(self) -> Vec<String> {
