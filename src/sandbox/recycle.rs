@@ -20,10 +20,12 @@ use super::instance::Instance;
 use super::pagemap::{self, PAGE};
 
 /// Bytes a finished instance may have written and still be kept: the memory an idle kept
-/// instance holds of its own (its page tables and wasmtime's bookkeeping aside), and what its
-/// reset copies. A fresh trivial call writes about 1 MiB on the CPython engine; a call that wrote
-/// more is dropped, as every instance was before.
-pub(crate) const MAX_KEPT_WRITTEN: usize = 8 << 20;
+/// instance holds of its own (its page tables and wasmtime's bookkeeping aside), what its reset
+/// copies, and what a session started on it compares each time it records its state (see
+/// `crate::session`). A fresh trivial call writes about 1 MiB on the CPython engine; a call that
+/// wrote more than this is dropped, as every instance was before. The same bound as the
+/// RustPython pool's ([`crate::engine::POOL_KEEP_RESIDENT`]).
+pub(crate) const MAX_KEPT_WRITTEN: usize = 4 << 20;
 
 /// The kept instances, at most `keep` of them.
 pub(super) struct Spares {
