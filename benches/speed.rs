@@ -13,7 +13,8 @@
 //! - throughput with 8 calls in flight on one connection, every call fresh (or, in sessions, 8
 //!   sessions), against the floor's;
 //! - the fuel a fresh `x = 1` burns, from its reply;
-//! - memory: the server's RSS and address space when idle, and what each warm instance (an idle
+//! - memory: what the fresh runs leave (instances kept for the next fresh calls, on the CPython
+//!   engine), the server's RSS and address space when idle, and what each warm instance (an idle
 //!   session) adds.
 //!
 //! Compute against native CPython is `benches/compare.rs`'s.
@@ -244,7 +245,10 @@ async fn bench() -> anyhow::Result<()> {
 
     // (c) Throughput.
     let floor_rate = throughput(&floor, |_| None).await?;
+    let before = status_mib(pid, "RssAnon:")?;
     let fresh_rate = throughput(&client, |_| None).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let kept = status_mib(pid, "RssAnon:")? - before;
     let mut sessions = Vec::new();
     for _ in 0..IN_FLIGHT {
         sessions.push(new_session(&client, "x = 1").await);
@@ -260,6 +264,12 @@ async fn bench() -> anyhow::Result<()> {
         verdict(fresh_rate >= targets.calls_per_s)
     );
     println!("  in 8 sessions          {session_rate:7.0} calls/s");
+    // The CPython engine keeps up to --workers (the cores, here) instances for fresh calls.
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    println!(
+        "  private memory after the fresh runs: {kept:+.1} MiB (at most {workers} instances kept, \
+         4 MiB of their own each)"
+    );
 
     // (d) Fuel.
     let reply = client.call_tool(run_python("x = 1", None)).await?;

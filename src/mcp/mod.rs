@@ -75,7 +75,8 @@ pub struct Args {
     #[arg(long)]
     pub check: bool,
 
-    /// Calls that run at once; more wait their turn [default: the number of cores].
+    /// Calls that run at once; more wait their turn. The CPython engine keeps as many instances
+    /// reset for the next fresh calls [default: the number of cores].
     #[arg(long, value_name = "N", env = "SAFE_PYTHON_WORKERS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub workers: Option<u16>,
 
