@@ -279,9 +279,7 @@ impl Sandbox {
         let call = instance.call(self, code, FRESH_FILENAME, options).await?;
         let mut result = call.result;
         result.files = instance.output_files();
-        if !call.broken {
-            self.recycle(instance);
-        }
+        self.take_back(instance, call.broken);
         Ok(result)
     }
 }

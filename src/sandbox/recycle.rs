@@ -20,17 +20,27 @@ use super::instance::Instance;
 use super::pagemap::{self, PAGE};
 
 /// Bytes a finished instance may have written and still be kept: the memory an idle kept
-/// instance holds of its own (its page tables and wasmtime's bookkeeping aside), what its reset
-/// copies, and what a session started on it compares each time it records its state (see
-/// `crate::session`). A fresh trivial call writes about 1 MiB on the CPython engine; a call that
-/// wrote more than this is dropped, as every instance was before. The same bound as the
-/// RustPython pool's ([`crate::engine::POOL_KEEP_RESIDENT`]).
-pub(crate) const MAX_KEPT_WRITTEN: usize = 4 << 20;
+/// instance holds of its own (its page tables and wasmtime's bookkeeping aside), and what its
+/// reset copies. A fresh trivial call writes about 1 MiB on the CPython engine, one that imports
+/// asyncio over 4 MiB; a call that wrote more than this is dropped, as every instance was before.
+/// The same bound as the pages a server populates ahead of fresh calls (`super::prefault`).
+pub(crate) const MAX_KEPT_WRITTEN: usize = 8 << 20;
 
 /// The kept instances, at most `keep` of them.
 pub(super) struct Spares {
     keep: AtomicUsize,
     instances: Mutex<Vec<Instance>>,
+    /// Instances being taken back on a blocking thread ([`Sandbox::take_back`]).
+    pending: AtomicUsize,
+}
+
+/// Counts one instance being taken back until dropped, however that ends.
+struct Pending<'a>(&'a AtomicUsize);
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Spares {
@@ -40,6 +50,7 @@ impl Spares {
         Spares {
             keep: AtomicUsize::new(cores),
             instances: Mutex::new(Vec::new()),
+            pending: AtomicUsize::new(0),
         }
     }
 
@@ -104,6 +115,28 @@ impl Instance {
 }
 
 impl Sandbox {
+    /// Takes back the instance a fresh call ran on, after the call: kept if the engine keeps
+    /// instances and the call returned normally ([`Self::recycle`]), dropped otherwise. Its reset
+    /// or teardown (unmapping its memory, or resetting its pool slot) is work the reply need not
+    /// wait for: in a tokio runtime it runs on a blocking thread, after the call has returned.
+    pub(super) fn take_back(&self, instance: Instance, broken: bool) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self.give_back(instance, broken);
+        };
+        self.spares.pending.fetch_add(1, Ordering::SeqCst);
+        let sandbox = self.clone();
+        runtime.spawn_blocking(move || {
+            let _pending = Pending(&sandbox.spares.pending);
+            sandbox.give_back(instance, broken);
+        });
+    }
+
+    fn give_back(&self, instance: Instance, broken: bool) {
+        if !broken {
+            self.recycle(instance);
+        }
+    }
+
     /// Keeps at most `n` instances reset for the next fresh calls (by default, as many as the
     /// machine has cores): a server passes the number of calls it runs at once. Each holds at
     /// most [`MAX_KEPT_WRITTEN`] of its own memory while idle. Only an engine whose template is
@@ -113,8 +146,12 @@ impl Sandbox {
     }
 
     /// How many instances are kept reset for the next fresh calls (see
-    /// [`Self::keep_spare_instances`]).
+    /// [`Self::keep_spare_instances`]), once the instances being taken back are (it waits for
+    /// them: each takes well under a millisecond).
     pub fn spare_instances(&self) -> usize {
+        while self.spares.pending.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
         self.spares.len()
     }
 }

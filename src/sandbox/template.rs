@@ -118,17 +118,24 @@ impl Sandbox {
         Ok(template.clone())
     }
 
-    /// An instance for one fresh call: from the engine's template (one kept from an earlier call
-    /// if any, see [`Self::recycle`]), or as the module was compiled where it has none.
+    /// An instance for one fresh call: one kept from an earlier call if any (see
+    /// [`Self::recycle`]), otherwise [`Self::new_instance`].
     pub(crate) async fn fresh(&self) -> Result<Instance, SandboxError> {
+        match self.spares.take() {
+            Some(kept) => Ok(kept),
+            None => self.new_instance().await,
+        }
+    }
+
+    /// A new instance of the engine's template, or of the module as compiled where it has none.
+    /// A session starts on one rather than on a kept instance, whose pages that a call wrote and
+    /// the reset put back it would compare again each time it records its state.
+    pub(crate) async fn new_instance(&self) -> Result<Instance, SandboxError> {
         match self.built_template().await?.as_deref() {
             Some(Template {
                 memory: Memory::Image { image, .. },
                 ..
-            }) => match self.spares.take() {
-                Some(kept) => Ok(kept),
-                None => Instance::with_image(self, MAX, image, 0, empty()).await,
-            },
+            }) => Instance::with_image(self, MAX, image, 0, empty()).await,
             Some(Template {
                 memory: Memory::Pages(t),
                 ..

@@ -78,12 +78,12 @@ enum State {
 }
 
 impl Session {
-    /// An empty session, on an instance as a fresh call gets one (RustPython's is instantiated by
-    /// its first call; CPython's starts from the engine's template, its driver installed).
+    /// An empty session, on a new instance (RustPython's is instantiated by its first call;
+    /// CPython's starts from the engine's template, its driver installed).
     pub async fn new(sandbox: &Sandbox) -> Result<Session, SandboxError> {
         Ok(Session {
             pristine: sandbox.session_base().await?,
-            instance: sandbox.fresh().await?,
+            instance: sandbox.new_instance().await?,
             sandbox: sandbox.clone(),
             snapshot: Arc::default(),
             state: State::Saved,

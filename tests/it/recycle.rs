@@ -3,6 +3,8 @@
 //! its own that keeps one instance, so that each call takes the instance the call before it
 //! left, and checks that the call finds nothing of the one before: not its globals, modules,
 //! builtins, `sys` settings, random state, pending asyncio tasks, open files or `/out` files.
+//! The reset runs after the call has returned, on a blocking thread: `spare_instances` waits for
+//! it, so each test asserts the count before a call that must run on the kept instance.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,6 +101,12 @@ fn a_kept_instance_carries_nothing_from_one_fresh_call_to_the_next() {
     );
     for (what, code) in LEAVERS {
         for _ in 0..2 {
+            // Each call runs on the instance the one before left, its reset done first.
+            assert_eq!(
+                sandbox.spare_instances(),
+                1,
+                "before a call that leaves {what}"
+            );
             completes(&run_in(&sandbox, code, &options()), what);
             assert_eq!(
                 sandbox.spare_instances(),
@@ -125,10 +133,11 @@ fn a_kept_instance_draws_its_own_random_state_each_call() {
     let mut draws = Vec::new();
     for _ in 0..3 {
         completes(&run_in(&sandbox, seed, &options()), "seeding");
+        assert_eq!(sandbox.spare_instances(), 1, "the seeded instance was kept");
         let r = run_in(&sandbox, seeded, &options());
         assert_eq!(completed_value(seeded, r).as_deref(), Some("False"));
-        let r = run_in(&sandbox, draw, &options());
         assert_eq!(sandbox.spare_instances(), 1, "the instance was kept");
+        let r = run_in(&sandbox, draw, &options());
         draws.push(completed_value(draw, r).expect("a value"));
     }
     for (i, a) in draws.iter().enumerate() {
@@ -174,6 +183,8 @@ fn an_instance_stopped_by_a_trap_or_grown_is_not_kept() {
         ),
     ];
     for (how, code, options) in stopped {
+        // The call runs on the instance the probe left (its reset done first).
+        assert_eq!(sandbox.spare_instances(), 1, "before {how}");
         let _ = run_in(&sandbox, code, &options);
         assert_eq!(sandbox.spare_instances(), 0, "kept after {how}");
         assert_eq!(probe(&sandbox), clean, "after {how}");
@@ -196,13 +207,14 @@ fn an_instance_stopped_by_a_trap_or_grown_is_not_kept() {
         ),
     ];
     for (how, code, options) in ended_in_python {
+        assert_eq!(sandbox.spare_instances(), 1, "before {how}");
         assert!(run_in(&sandbox, code, &options).is_failure(), "{how}");
         assert_eq!(probe(&sandbox), clean, "after {how}");
     }
 }
 
 #[test]
-fn a_session_on_a_kept_instance_starts_clean_and_is_never_kept() {
+fn a_session_takes_no_kept_instance_and_leaves_none() {
     let sandbox = keeping_one();
     let clean = probe(&sandbox);
     runtime().block_on(async {
@@ -211,9 +223,9 @@ fn a_session_on_a_kept_instance_starts_clean_and_is_never_kept() {
         let r = sandbox.run(leave, &options).await.unwrap();
         completes(&r, "the fresh call");
         assert_eq!(sandbox.spare_instances(), 1);
-        // The session takes the kept instance.
+        // The session starts on a new instance: the kept one stays for fresh calls.
         let mut session = Session::new(&sandbox).await.unwrap();
-        assert_eq!(sandbox.spare_instances(), 0);
+        assert_eq!(sandbox.spare_instances(), 1);
         let r = session.run(PROBE, &options).await.unwrap();
         assert_eq!(r.result.result(), Some(clean.as_str()), "{r:#?}");
         let r = session
@@ -223,7 +235,7 @@ fn a_session_on_a_kept_instance_starts_clean_and_is_never_kept() {
         assert!(!r.result.is_failure(), "{r:#?}");
         drop(session);
         // A closed session's instance is not kept: fresh calls never see its state.
-        assert_eq!(sandbox.spare_instances(), 0);
+        assert_eq!(sandbox.spare_instances(), 1);
     });
     assert_eq!(probe(&sandbox), clean);
 }
