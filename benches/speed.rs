@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use common::client::{Client, new_session, run_python, structured, transport};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{ServiceExt, tool, tool_router};
+use safe_python_executor::MAX_KEPT_WRITTEN;
 use support::{load_average, p50_p90, status_mib, verdict};
 
 /// The argument that makes this bench the floor server.
@@ -267,8 +268,9 @@ async fn bench() -> anyhow::Result<()> {
     // The CPython engine keeps up to --workers (the cores, here) instances for fresh calls.
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     println!(
-        "  private memory after the fresh runs: {kept:+.1} MiB (at most {workers} instances kept, \
-         4 MiB of their own each)"
+        "  private memory after the fresh runs: {kept:+.1} MiB (the CPython engine keeps at most \
+         {workers} instances, {} MiB of their own each)",
+        MAX_KEPT_WRITTEN >> 20
     );
 
     // (d) Fuel.

@@ -50,8 +50,8 @@ pub use output::{OutputObserver, Stream};
 pub use policy::ImportPolicy;
 pub use sandbox::files::{DATA_DIR, FileLimits, FilesError, InputFiles, OUT_DIR};
 pub use sandbox::{
-    About, EngineKind, PreloadFailure, RunOptions, Sandbox, SandboxError, SandboxOptions, Setup,
-    TemplateInfo, template_preloads,
+    About, EngineKind, MAX_KEPT_WRITTEN, PreloadFailure, RunOptions, Sandbox, SandboxError,
+    SandboxOptions, Setup, TemplateInfo, template_preloads,
 };
 pub use session::{Session, SessionRun};
 pub use toolcalls::ToolCallRecord;

@@ -51,6 +51,7 @@ use host::HostState;
 use instance::Entry;
 pub(crate) use instance::Instance;
 use pool::{Allocation, Pool};
+pub use recycle::MAX_KEPT_WRITTEN;
 use template::Template;
 pub use template::{PreloadFailure, TemplateInfo};
 

@@ -121,7 +121,7 @@ impl Sandbox {
     /// An instance for one fresh call: one kept from an earlier call if any (see
     /// [`Self::recycle`]), otherwise [`Self::new_instance`].
     pub(crate) async fn fresh(&self) -> Result<Instance, SandboxError> {
-        match self.spares.take() {
+        match self.spares.take().await {
             Some(kept) => Ok(kept),
             None => self.new_instance().await,
         }
@@ -142,6 +142,11 @@ impl Sandbox {
             }) => Instance::with_memory(self, MAX, t.len, t.pages()).await,
             None => Instance::new(self),
         }
+    }
+
+    /// Whether fresh instances map the template's memory (and so are kept, see [`Self::recycle`]).
+    pub(super) fn maps_template(&self) -> bool {
+        matches!(self.template.get(), Some(Some(t)) if matches!(t.memory, Memory::Image { .. }))
     }
 
     /// Takes back `instance`, made by [`Self::fresh`], after a call that returned normally: where
