@@ -8,7 +8,8 @@
 //! Only a call that returned normally leaves an instance to keep: its wasm stack pointer is back
 //! where it started and its memory has not grown, so the template's memory is all that
 //! differs, and the host's state (open files, `/out`, output) is made anew. An instance that
-//! trapped, timed out or was cancelled is dropped as before.
+//! trapped, timed out or was cancelled is dropped as before, and so is one whose memory grew or
+//! that wrote more than [`MAX_KEPT_WRITTEN`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
