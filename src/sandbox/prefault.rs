@@ -76,10 +76,8 @@ impl Sandbox {
         if let Some(hot) = instance.memory().and_then(HotPages::learn) {
             let _ = self.hot_pages.set(hot);
         }
-        // Kept, where the engine keeps instances, it serves the first call.
-        if !call.broken {
-            self.recycle(instance);
-        }
+        // Kept at once, where the engine keeps instances, it serves the first call.
+        self.give_back(instance, call.broken);
         tracing::debug!("warmed up in {:?}", started.elapsed());
         Ok(())
     }

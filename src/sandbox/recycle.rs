@@ -141,7 +141,7 @@ impl Sandbox {
     /// `wrk` against `--http`).
     pub(super) fn take_back(&self, instance: Instance, broken: bool) {
         let runtime = tokio::runtime::Handle::try_current();
-        let Some(runtime) = runtime.ok().filter(|_| self.maps_template()) else {
+        let Some(runtime) = runtime.ok().filter(|_| self.template_image().is_some()) else {
             return self.give_back(instance, broken);
         };
         self.spares.pending.fetch_add(1, Ordering::SeqCst);
@@ -152,7 +152,8 @@ impl Sandbox {
         });
     }
 
-    fn give_back(&self, instance: Instance, broken: bool) {
+    /// [`Self::take_back`]'s work, done at once.
+    pub(super) fn give_back(&self, instance: Instance, broken: bool) {
         if !broken {
             self.recycle(instance);
         }

@@ -144,17 +144,19 @@ impl Sandbox {
         }
     }
 
-    /// Whether fresh instances map the template's memory (and so are kept, see [`Self::recycle`]).
-    pub(super) fn maps_template(&self) -> bool {
-        matches!(self.template.get(), Some(Some(t)) if matches!(t.memory, Memory::Image { .. }))
+    /// The template's image, once built, where fresh instances map it (and so are kept, see
+    /// [`Self::recycle`]).
+    pub(super) fn template_image(&self) -> Option<&Image> {
+        match &self.template.get()?.as_deref()?.memory {
+            Memory::Image { image, .. } => Some(image),
+            Memory::Pages(_) => None,
+        }
     }
 
     /// Takes back `instance`, made by [`Self::fresh`], after a call that returned normally: where
     /// the template is mapped, it is reset and kept for the next fresh call ([`super::recycle`]).
     pub(crate) fn recycle(&self, instance: Instance) {
-        if let Some(Some(template)) = self.template.get()
-            && let Memory::Image { image, .. } = &template.memory
-        {
+        if let Some(image) = self.template_image() {
             self.spares.put(instance, image, self);
         }
     }
