@@ -359,3 +359,26 @@ fn compiling_an_ast_works_but_not_under_a_standard_library_name() {
         assert_eq!(error.kind, "RuntimeError", "{forged}: {error:#?}");
     }
 }
+
+/// A call's turn goes straight to the driver's `run`: through the reactor, each turn's source
+/// would be parsed, compiled and registered in `linecache` (half the fuel of a fresh `x = 1`),
+/// which leaves one more `<turn N>` entry there per call.
+#[test]
+fn a_calls_turn_is_not_compiled_by_the_reactor() {
+    let runtime = common::runtime();
+    let mut session = runtime
+        .block_on(Session::new(cpython()))
+        .expect("a session");
+    let turns =
+        "import linecache\nsum(k[0].startswith('<turn') for k in linecache._interactive_cache)";
+    let options = allowing(&["linecache"]);
+    let counts: Vec<_> = (0..3)
+        .map(|_| {
+            let r = runtime.block_on(session.run(turns, &options));
+            let r = r.expect("no host fault").result;
+            common::completed_value(turns, r)
+        })
+        .collect();
+    assert!(counts[0].is_some(), "{counts:?}");
+    assert!(counts.windows(2).all(|w| w[0] == w[1]), "{counts:?}");
+}

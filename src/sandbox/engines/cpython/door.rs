@@ -29,7 +29,9 @@ pub(super) const DRIVER: &str = concat!(
     include_str!("driver.py")
 );
 
-/// The turn that runs one call once [`DRIVER`] is installed.
+/// The turn that runs one call once [`DRIVER`] is installed. The driver hands a turn of exactly
+/// this text to `run` without the reactor's parse and compile; it is also valid Python, which the
+/// reactor would run the same way.
 pub(super) const RUN_TURN: &str = "_safe_python_run()\n";
 
 /// The first byte of each frame the driver sends through the door.
@@ -206,6 +208,11 @@ mod tests {
       (func (export "fault") (param i32 i32) (result i32)
         (call $call (i32.const 65000) (i32.const 100000) (i32.const 8) (i32.const 12))))
     "#;
+
+    #[test]
+    fn the_driver_recognises_the_turn_that_runs_a_call() {
+        assert!(DRIVER.contains(&format!("if text == {RUN_TURN:?}:")));
+    }
 
     async fn call(export: &str) -> (wasmtime::Result<i32>, HostState) {
         let engine = engine::new(Default::default(), Default::default()).unwrap();
