@@ -221,13 +221,12 @@ impl Instance {
         let max_field_bytes = u32::try_from(limits.max_output_bytes)
             .unwrap_or(u32::MAX)
             .min(protocol::MAX_FIELD_BYTES);
-        let request = serde_json::to_vec(&Request {
+        let request = sandbox.guest.encode_request(&Request {
             code: code.to_owned(),
             filename: filename.to_owned(),
             allowed: options.policy.allowed().to_vec(),
             max_field_bytes,
-        })
-        .expect("a request always serialises");
+        });
         let size = self.memory().map_or(0, <[u8]>::len);
         let state = self.store.data_mut();
         state.request = request;

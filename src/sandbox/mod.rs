@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use safe_python_protocol::Request;
 use tokio::sync::OnceCell;
 use wasmtime::{Engine, InstancePre, Linker, Module, Store};
 use wasmtime_wasi::p1;
@@ -145,6 +146,12 @@ pub(crate) trait Guest: Send + Sync {
     /// Where the module's libc records that it has scanned the preopens ([`scan_flag`]); `None`:
     /// the guest cannot be given files.
     fn scan_flag(&self) -> Option<u32>;
+
+    /// The request as this engine's guest reads it: the protocol's JSON, unless its door has a
+    /// form of its own.
+    fn encode_request(&self, request: &Request) -> Vec<u8> {
+        serde_json::to_vec(request).expect("a request always serialises")
+    }
 
     /// How calls enter `instance`, a new instance of the module in `store`.
     fn entry(

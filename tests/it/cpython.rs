@@ -103,6 +103,12 @@ fn cpython_imports_only_what_the_policy_allows() {
             error.message.contains("not allowed"),
             "{refused}: {error:?}"
         );
+        // The driver asks the host for the allowed modules only to word a refusal.
+        assert!(
+            error.message.contains("(allowed: _pycodecs, abc, ")
+                && error.message.contains(", math, "),
+            "{refused}: {error:?}"
+        );
     }
     for allowed in [
         "import math",

@@ -10,6 +10,7 @@ mod preload;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use safe_python_protocol::Request;
 use wasmtime::{Linker, Module, Store};
 
 use super::{About, Engine, Setup};
@@ -112,6 +113,10 @@ impl Guest for Reactor {
             let wasm = std::fs::read(&self.module_file).ok()?;
             scan_flag::scan_flag(&wasm)
         })
+    }
+
+    fn encode_request(&self, request: &Request) -> Vec<u8> {
+        door::encode_request(request)
     }
 
     fn entry(
