@@ -19,7 +19,7 @@
 //! that its next call can say why it is gone rather than that it never existed.
 
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -29,10 +29,12 @@ use tokio::sync::Notify;
 use super::Session;
 pub use super::handle::{NEW, SESSION_PATTERN, SessionError, SessionId, SessionRequest, minutes};
 use crate::sandbox::Sandbox;
+use usage::Usage;
 
 mod lease;
 mod limits;
 mod report;
+mod usage;
 pub use lease::{Lease, LeaseRun};
 pub use limits::SessionLimits;
 pub use report::{SessionReport, Start};
@@ -89,14 +91,8 @@ struct Entry {
 }
 
 impl Entry {
-    /// Some call holds the session, waits for it, or is still undoing or recording its own work.
-    fn busy(&self) -> bool {
-        Arc::strong_count(&self.session) > 1
-    }
-
-    /// Busy only finishing its last call: the finishing call's hold is the one other than ours.
-    fn only_finishing(&self) -> bool {
-        self.finishing.load(Ordering::SeqCst) && Arc::strong_count(&self.session) == 2
+    fn usage(&self) -> Usage {
+        Usage::of(&self.session, &self.finishing)
     }
 }
 
@@ -318,7 +314,7 @@ impl Sessions {
             .iter()
             .rev()
             .take_while(|(_, e)| e.last_used.elapsed() > idle)
-            .filter(|(_, e)| !e.busy())
+            .filter(|(_, e)| e.usage() == Usage::Idle)
             .map(|(id, _)| *id)
             .collect();
         let dropped: Vec<Entry> = expired
@@ -348,21 +344,18 @@ impl Registry {
     /// Drops the least recently used session no call is using, unless (`patient`) the least
     /// recently used of those not running a call is only finishing its last one.
     fn evict_one(&mut self, patient: bool) -> Eviction {
-        let victim = self
-            .live
-            .iter()
-            .rev()
-            .find(|(_, e)| !e.busy() || (patient && e.only_finishing()));
+        let victim = self.live.iter().rev().find_map(|(id, e)| match e.usage() {
+            Usage::Idle => Some((*id, Usage::Idle)),
+            Usage::Finishing if patient => Some((*id, Usage::Finishing)),
+            _ => None,
+        });
         match victim {
             None => Eviction::AllBusy,
-            Some((_, e)) if e.busy() => Eviction::Soon,
-            Some((id, _)) => {
-                let id = *id;
-                match self.drop_session(id, Ended::Evicted) {
-                    Some(entry) => Eviction::Dropped(entry),
-                    None => Eviction::AllBusy,
-                }
-            }
+            Some((_, Usage::Finishing)) => Eviction::Soon,
+            Some((id, _)) => match self.drop_session(id, Ended::Evicted) {
+                Some(entry) => Eviction::Dropped(entry),
+                None => Eviction::AllBusy,
+            },
         }
     }
 

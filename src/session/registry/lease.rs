@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::{SessionId, SessionReport, Sessions, Start};
+use super::{SessionId, SessionReport, Sessions, Start, Usage};
 use crate::outcome::RunResult;
 use crate::sandbox::{RunOptions, SandboxError};
 use crate::session::Session;
@@ -137,8 +137,7 @@ impl Aftermath {
 impl Drop for Aftermath {
     fn drop(&mut self) {
         // No longer busy (unless another call waits for it).
-        drop(self.session.take());
-        self.finishing.store(false, Ordering::SeqCst);
+        Usage::end_finishing(self.session.take(), &self.finishing);
         self.sessions.finished.notify_waiters();
     }
 }
