@@ -19,7 +19,6 @@
 //! that its next call can say why it is gone rather than that it never existed.
 
 use std::num::NonZeroUsize;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -29,7 +28,7 @@ use tokio::sync::Notify;
 use super::Session;
 pub use super::handle::{NEW, SESSION_PATTERN, SessionError, SessionId, SessionRequest, minutes};
 use crate::sandbox::Sandbox;
-use usage::Usage;
+use usage::{Finishing, Usage};
 
 mod lease;
 mod limits;
@@ -87,7 +86,7 @@ struct Entry {
     /// its new state or undoes the call (see [`Lease::run`]): busy for a moment only, so a new
     /// session that would evict it waits for it, rather than evict a more recently used one or be
     /// refused.
-    finishing: Arc<AtomicBool>,
+    finishing: Arc<Finishing>,
 }
 
 impl Entry {
@@ -216,7 +215,7 @@ impl Sessions {
         &self,
         id: Option<SessionId>,
         session: &Shared,
-        finishing: &Arc<AtomicBool>,
+        finishing: &Arc<Finishing>,
     ) -> Result<SessionId, SessionError> {
         let deadline = tokio::time::Instant::now() + FINISHING_WAIT;
         loop {
@@ -242,7 +241,7 @@ impl Sessions {
         &self,
         id: Option<SessionId>,
         session: Shared,
-        finishing: Arc<AtomicBool>,
+        finishing: Arc<Finishing>,
         patient: bool,
     ) -> Result<SessionId, NoRoom> {
         let mut registry = self.lock();
@@ -278,7 +277,7 @@ impl Sessions {
     /// The live session `id`, or why there is none. The clone returned makes it busy; its use
     /// counts from the end of the call ([`Sessions::touch`]), so that a long call leaves it the
     /// least recently used, which only its being busy keeps from eviction.
-    fn find(&self, id: SessionId) -> Result<(Shared, Arc<AtomicBool>), SessionError> {
+    fn find(&self, id: SessionId) -> Result<(Shared, Arc<Finishing>), SessionError> {
         let registry = self.lock();
         if let Some(entry) = registry.live.peek(&id) {
             return Ok((entry.session.clone(), entry.finishing.clone()));

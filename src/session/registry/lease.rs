@@ -2,11 +2,10 @@
 //! recording the session's new state, or undoing a cancelled call ([`Aftermath`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::{SessionId, SessionReport, Sessions, Start, Usage};
+use super::{Finishing, SessionId, SessionReport, Sessions, Start, Usage};
 use crate::outcome::RunResult;
 use crate::sandbox::{RunOptions, SandboxError};
 use crate::session::Session;
@@ -20,7 +19,7 @@ pub struct Lease {
     pub(super) started: Option<Start>,
     pub(super) session: OwnedMutexGuard<Session>,
     /// The session's [`super::Entry::finishing`].
-    pub(super) finishing: Arc<AtomicBool>,
+    pub(super) finishing: Arc<Finishing>,
     /// The session's lease in the store, when sessions are kept in one.
     #[cfg(feature = "store")]
     pub(super) claim: Option<Claim>,
@@ -112,16 +111,16 @@ struct Aftermath {
     /// Always `Some` until dropped: released before the mark, so that whoever the mark's end wakes
     /// finds the session idle.
     session: Option<OwnedMutexGuard<Session>>,
-    finishing: Arc<AtomicBool>,
+    finishing: Arc<Finishing>,
 }
 
 impl Aftermath {
     fn new(
         sessions: Arc<Sessions>,
         session: OwnedMutexGuard<Session>,
-        finishing: Arc<AtomicBool>,
+        finishing: Arc<Finishing>,
     ) -> Aftermath {
-        finishing.store(true, Ordering::SeqCst);
+        finishing.begin();
         Aftermath {
             sessions,
             session: Some(session),
