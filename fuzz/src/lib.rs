@@ -249,7 +249,7 @@ pub fn fuzz_server(cache_dir: Option<PathBuf>) -> PythonServer {
         argv.push(dir.into());
     }
     let args = Args::try_parse_from(argv).expect("the fuzz server's flags parse");
-    let sessions = args.sessions().expect("sessions in memory");
+    let sessions = args.sessions(None).expect("sessions in memory");
     PythonServer::start(&args, None, sessions)
 }
 

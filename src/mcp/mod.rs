@@ -26,6 +26,7 @@ pub mod http;
 mod progress;
 mod schema;
 mod server;
+mod stdio;
 mod tools;
 pub mod upstream;
 
@@ -34,7 +35,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use rmcp::ServiceExt;
 
 pub use self::progress::{MAX_UPDATE_BYTES, MAX_UPDATES};
 pub use self::schema::input_schema;
@@ -42,7 +42,9 @@ pub use self::server::PythonServer;
 pub use self::tools::{MAX_CODE_BYTES, REPLY_OVERHEAD_BYTES, RUN_PYTHON, RunPythonArgs};
 use crate::flags::{SandboxFlags, parse_seconds};
 use crate::sandbox::files::FileLimits;
-use crate::session::registry::{Remote, SessionLimits, Sessions};
+use crate::session::registry::{
+    REPLY_WAIT, Remote, RepliesOut, ReplyWatch, SessionLimits, Sessions,
+};
 use crate::session::store::format::Bounds;
 use crate::session::store::{SessionStore, StoreError};
 
@@ -138,11 +140,15 @@ impl Args {
         SessionStore::open(&self.session_store, credentials, idle).map(Some)
     }
 
-    /// The sessions, in this process or in the store `--session-store` names.
-    pub fn sessions(&self) -> Result<Arc<Sessions>, StoreError> {
+    /// The sessions, in this process or in the store `--session-store` names; those in this
+    /// process record their state after each reply when `replies` can tell (a store gets it before).
+    pub fn sessions(&self, replies: Option<ReplyWatch>) -> Result<Arc<Sessions>, StoreError> {
         let limits = self.session_limits();
         let Some(store) = self.session_store()? else {
-            return Ok(Sessions::new(limits));
+            return Ok(match replies {
+                Some(replies) => Sessions::after_replies(limits, replies),
+                None => Sessions::new(limits),
+            });
         };
         let store = Arc::new(store);
         // Said at start, not at the first session call: a store that cannot be reached.
@@ -235,7 +241,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let sessions = match args.sessions() {
+    // On stdio, each reply is flushed on its own, so sessions can tell when it is out.
+    let replies = RepliesOut::default();
+    let watch = access.is_none().then(|| replies.watch(REPLY_WAIT));
+    let sessions = match args.sessions(watch) {
         Ok(sessions) => sessions,
         Err(e) => {
             eprintln!("safe-python-mcp: {e}");
@@ -244,7 +253,7 @@ pub fn main() -> ExitCode {
     };
     let server = PythonServer::start(&args, tools, sessions);
     let served = match access {
-        None => runtime.block_on(serve(server)),
+        None => runtime.block_on(stdio::serve(server, replies)),
         Some(access) => runtime
             .block_on(http::serve(server, access))
             .map_err(Into::into),
@@ -257,32 +266,6 @@ pub fn main() -> ExitCode {
         Err(e) => {
             tracing::error!("{e:#}");
             ExitCode::FAILURE
-        }
-    }
-}
-
-/// Serves one client on stdio until it closes stdin (in-flight calls get rmcp's 5 s to finish) or
-/// the process is asked to stop (SIGTERM, or SIGINT / Ctrl-C): then runs in progress are dropped,
-/// which stops them, and the server exits 0 at once. A client that closes stdin before it has
-/// initialized is no failure either.
-async fn serve(server: PythonServer) -> anyhow::Result<()> {
-    let session = async {
-        let service = match server.serve(rmcp::transport::stdio()).await {
-            Ok(service) => service,
-            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
-                tracing::info!("the client closed stdin before initializing");
-                return Ok(());
-            }
-            Err(e) => return Err(e.into()),
-        };
-        service.waiting().await?;
-        Ok(())
-    };
-    tokio::select! {
-        ended = session => ended,
-        signal = termination() => {
-            tracing::info!("{signal}: stopping the runs in progress and exiting");
-            Ok(())
         }
     }
 }
@@ -360,7 +343,7 @@ mod tests {
         let sessions = |url: &str| {
             Args::try_parse_from(["safe-python-mcp", "--session-store", url])
                 .unwrap()
-                .sessions()
+                .sessions(None)
         };
         assert!(
             !Args::try_parse_from(["safe-python-mcp"])

@@ -32,10 +32,12 @@ use usage::{Finishing, Usage};
 
 mod lease;
 mod limits;
+mod replies;
 mod report;
 mod usage;
 pub use lease::{Lease, LeaseRun};
 pub use limits::SessionLimits;
+pub use replies::{REPLY_WAIT, RepliesOut, ReplyWatch};
 pub use report::{SessionReport, Start};
 #[cfg(feature = "store")]
 mod remote;
@@ -65,6 +67,8 @@ pub struct Sessions {
     /// Told each time a session has finished what its last call left behind (see
     /// [`Entry::finishing`]).
     finished: Notify,
+    /// When replies go out, if the front end can tell: a session records its state after that.
+    replies: Option<ReplyWatch>,
     /// The store that keeps the sessions, if not this process: those here are then a warm cache.
     #[cfg(feature = "store")]
     remote: Option<Remote>,
@@ -116,6 +120,14 @@ impl Sessions {
         Self::start(Self::empty(limits))
     }
 
+    /// [`Sessions::new`], each recording its new state once the reply to its call is out.
+    pub fn after_replies(limits: SessionLimits, replies: ReplyWatch) -> Arc<Sessions> {
+        Self::start(Sessions {
+            replies: Some(replies),
+            ..Self::empty(limits)
+        })
+    }
+
     /// Sessions kept in `remote`; `limits.max` bounds those this process keeps warm.
     #[cfg(feature = "store")]
     pub fn stored(limits: SessionLimits, remote: Remote) -> Arc<Sessions> {
@@ -133,6 +145,7 @@ impl Sessions {
                 gone: LruCache::new(GONE_REMEMBERED),
             }),
             finished: Notify::new(),
+            replies: None,
             #[cfg(feature = "store")]
             remote: None,
         }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{runtime, sandbox, tight};
 use safe_python_executor::session::registry::{
-    SessionError, SessionId, SessionLimits, SessionRequest, Sessions, Start,
+    REPLY_WAIT, RepliesOut, SessionError, SessionId, SessionLimits, SessionRequest, Sessions, Start,
 };
 use safe_python_executor::{ImportPolicy, Limit, Limits, RunOptions, Session, SessionRun};
 
@@ -484,5 +484,78 @@ fn a_finishing_session_is_evicted_in_its_turn_not_a_newer_idle_one() {
         );
         let (_, _, kept) = through(&sessions, SessionRequest::Continue(newer), false, "x").await;
         assert_eq!(kept.as_deref(), Some("2"));
+    });
+}
+
+/// Where the front end tells when replies are out (stdio), a session records its state after the
+/// reply to its call, and meanwhile stays locked: its next call waits for the record, and finds
+/// it. A front end that has gone holds nothing up.
+#[test]
+fn a_session_records_its_state_once_the_reply_is_out() {
+    runtime().block_on(async {
+        let replies = RepliesOut::default();
+        let sessions = Sessions::after_replies(
+            SessionLimits::default(),
+            replies.watch(Duration::from_secs(600)),
+        );
+        let (id, _, _) = through(&sessions, SessionRequest::New, false, "x = 1").await;
+        let next = sessions.checkout(SessionRequest::Continue(id), false, sandbox());
+        let early = tokio::time::timeout(Duration::from_millis(300), next).await;
+        assert!(early.is_err(), "recorded before the reply was out");
+
+        replies.sent();
+        let (_, _, x) = through(&sessions, SessionRequest::Continue(id), false, "x += 1; x").await;
+        assert_eq!(x.as_deref(), Some("2"));
+        // What that call left is the state that a call stopped by a limit goes back to.
+        replies.sent();
+        let lease = sessions
+            .checkout(SessionRequest::Continue(id), false, sandbox())
+            .await
+            .unwrap();
+        let stopped = lease
+            .run(
+                "x = 100\nwhile True: pass",
+                &with_limits(tight()),
+                std::future::pending(),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(stopped.session.rolled_back, "{stopped:#?}");
+        replies.sent();
+        let (_, _, x) = through(&sessions, SessionRequest::Continue(id), false, "x").await;
+        assert_eq!(x.as_deref(), Some("2"));
+        drop(replies);
+        let (_, _, x) = through(&sessions, SessionRequest::Continue(id), false, "x").await;
+        assert_eq!(x.as_deref(), Some("2"));
+        let (_, _, x) = through(&sessions, SessionRequest::Continue(id), false, "x").await;
+        assert_eq!(x.as_deref(), Some("2"));
+    });
+}
+
+/// A reply that never goes out holds its session's record up for [`REPLY_WAIT`] at most: a new
+/// session that evicts it is admitted rather than refused as if a call still ran.
+#[test]
+fn a_reply_that_never_goes_out_holds_its_session_up_briefly() {
+    runtime().block_on(async {
+        let replies = RepliesOut::default();
+        let sessions = Sessions::after_replies(
+            SessionLimits {
+                max: 1,
+                idle: Duration::from_secs(600),
+            },
+            replies.watch(REPLY_WAIT),
+        );
+        let (mut id, _, _) = through(&sessions, SessionRequest::New, false, "x = 1").await;
+        for round in 0..3 {
+            let (newer, started, _) = through(&sessions, SessionRequest::New, false, "x = 2").await;
+            assert_eq!(started, Some(Start::New), "round {round}");
+            let gone = sessions
+                .checkout(SessionRequest::Continue(id), false, sandbox())
+                .await;
+            assert!(matches!(gone, Err(SessionError::Evicted { .. })));
+            id = newer;
+        }
+        drop(replies);
     });
 }

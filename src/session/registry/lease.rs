@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::{Finishing, SessionId, SessionReport, Sessions, Start, Usage};
+use super::{Finishing, ReplyWatch, SessionId, SessionReport, Sessions, Start, Usage};
 use crate::outcome::RunResult;
 use crate::sandbox::{RunOptions, SandboxError};
 use crate::session::Session;
@@ -41,7 +41,7 @@ impl Lease {
     /// Runs `code` in the session, unless `cancelled` resolves first: then the half-run call is
     /// undone in the background (the session's next call waits for that) and the result is
     /// `None`. After a run, the session's idle time counts from now, and its new state is recorded
-    /// on a blocking thread while the reply goes out.
+    /// on a blocking thread once the reply is out (see [`super::replies`]), or at once.
     pub async fn run(
         mut self,
         code: &str,
@@ -94,8 +94,20 @@ impl Lease {
                 session,
             }));
         }
-        let mut after = Aftermath::new(self.sessions.clone(), self.session, self.finishing);
-        tokio::task::spawn_blocking(move || after.session().save());
+        let reply_out = self.sessions.replies.as_ref().map(ReplyWatch::next_reply);
+        let mut after = Aftermath::new(self.sessions, self.session, self.finishing);
+        let save = move || after.session().save();
+        match reply_out {
+            Some(reply_out) => {
+                tokio::spawn(async move {
+                    reply_out.await;
+                    tokio::task::spawn_blocking(save);
+                });
+            }
+            None => {
+                tokio::task::spawn_blocking(save);
+            }
+        }
         Ok(Some(LeaseRun {
             result: ran.result,
             session,
