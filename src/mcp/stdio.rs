@@ -82,3 +82,30 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Flushes<W> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    /// A reply is out when its flush completes, not when it is written.
+    #[tokio::test]
+    async fn a_completed_flush_tells_the_sessions_that_a_reply_is_out() {
+        let replies = RepliesOut::default();
+        let next = replies.watch(Duration::from_secs(600)).next_reply();
+        tokio::pin!(next);
+        let mut stdout = Flushes {
+            inner: tokio::io::sink(),
+            replies,
+        };
+        stdout.write_all(b"{\"jsonrpc\":\"2.0\"}\n").await.unwrap();
+        let early = tokio::time::timeout(Duration::from_millis(50), &mut next).await;
+        assert!(early.is_err(), "told before the flush");
+        stdout.flush().await.unwrap();
+        let told = tokio::time::timeout(Duration::from_secs(60), next).await;
+        assert!(told.is_ok(), "not told after the flush");
+    }
+}

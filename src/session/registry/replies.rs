@@ -47,7 +47,7 @@ pub struct ReplyWatch {
 impl ReplyWatch {
     /// Resolves once a reply goes out after this call, or after the wait, or at once if the front
     /// end has gone. Called when a call returns, before its reply is written.
-    pub(super) fn next_reply(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub(crate) fn next_reply(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut sent = self.sent.clone();
         sent.mark_unchanged();
         let wait = self.wait;
