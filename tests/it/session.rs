@@ -504,12 +504,17 @@ fn a_session_records_its_state_once_the_reply_is_out() {
         assert!(early.is_err(), "recorded before the reply was out");
 
         replies.sent();
-        let (_, _, x) = through(&sessions, SessionRequest::Continue(id), false, "x += 1; x").await;
+        let (_, _, x) = soon(through(
+            &sessions,
+            SessionRequest::Continue(id),
+            false,
+            "x += 1; x",
+        ))
+        .await;
         assert_eq!(x.as_deref(), Some("2"));
         // What that call left is the state that a call stopped by a limit goes back to.
         replies.sent();
-        let lease = sessions
-            .checkout(SessionRequest::Continue(id), false, sandbox())
+        let lease = soon(sessions.checkout(SessionRequest::Continue(id), false, sandbox()))
             .await
             .unwrap();
         let stopped = lease
@@ -523,14 +528,22 @@ fn a_session_records_its_state_once_the_reply_is_out() {
             .unwrap();
         assert!(stopped.session.rolled_back, "{stopped:#?}");
         replies.sent();
-        let (_, _, x) = through(&sessions, SessionRequest::Continue(id), false, "x").await;
+        let (_, _, x) = soon(through(&sessions, SessionRequest::Continue(id), false, "x")).await;
         assert_eq!(x.as_deref(), Some("2"));
         drop(replies);
-        let (_, _, x) = through(&sessions, SessionRequest::Continue(id), false, "x").await;
+        let (_, _, x) = soon(through(&sessions, SessionRequest::Continue(id), false, "x")).await;
         assert_eq!(x.as_deref(), Some("2"));
-        let (_, _, x) = through(&sessions, SessionRequest::Continue(id), false, "x").await;
+        let (_, _, x) = soon(through(&sessions, SessionRequest::Continue(id), false, "x")).await;
         assert_eq!(x.as_deref(), Some("2"));
     });
+}
+
+/// `step`, taken after the reply is out or the front end has gone: it must not wait out the
+/// 600 s that the test's sessions would otherwise wait for a reply.
+async fn soon<T>(step: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), step)
+        .await
+        .expect("held up until the wait for a reply ran out")
 }
 
 /// A reply that never goes out holds its session's record up for [`REPLY_WAIT`] at most: a new
