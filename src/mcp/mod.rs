@@ -22,6 +22,7 @@
 mod check;
 mod code_mode;
 mod files;
+mod flushes;
 pub mod http;
 mod progress;
 mod schema;
@@ -241,10 +242,9 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // On stdio, each reply is flushed on its own, so sessions can tell when it is out.
+    // Both transports flush each reply on its own, so sessions can tell when it is out.
     let replies = RepliesOut::default();
-    let watch = access.is_none().then(|| replies.watch(REPLY_WAIT));
-    let sessions = match args.sessions(watch) {
+    let sessions = match args.sessions(Some(replies.watch(REPLY_WAIT))) {
         Ok(sessions) => sessions,
         Err(e) => {
             eprintln!("safe-python-mcp: {e}");
@@ -255,7 +255,7 @@ pub fn main() -> ExitCode {
     let served = match access {
         None => runtime.block_on(stdio::serve(server, replies)),
         Some(access) => runtime
-            .block_on(http::serve(server, access))
+            .block_on(http::serve(server, access, replies))
             .map_err(Into::into),
     };
     // After a signal, a blocking read of stdin is still pending in tokio's blocking pool, and

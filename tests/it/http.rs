@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use rmcp::service::ClientLifecycleMode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::client::{Began, handle_in, run_python, structured};
+use crate::common::client::{Began, handle_in, new_session, run_python, session_call, structured};
 use crate::common::http::{HttpServer as Server, modern};
 use crate::common::spawn::mcp_server;
 
@@ -100,6 +100,32 @@ async fn a_session_spans_http_requests_and_clients() {
         .await
         .unwrap();
     assert_eq!(structured(&reply)["result"], "43", "{reply:?}");
+}
+
+/// A session records each call's state once its reply is out, on whichever connection: calls back
+/// to back (while fresh calls on another connection send replies of their own) each start from
+/// the last one's state, and a call that hits a limit goes back to it.
+#[tokio::test]
+async fn session_calls_back_to_back_over_http_lose_nothing() {
+    let server = loopback(&["--fuel", "2000000000"]);
+    let client = server.client(modern(), None).await;
+    let other = server.client(modern(), None).await;
+    let session = new_session(&client, "x = 0").await;
+    let others = tokio::spawn(async move {
+        for _ in 0..40 {
+            let reply = other.call_tool(run_python("y = 1", None)).await.unwrap();
+            assert_eq!(reply.is_error, Some(false), "{reply:?}");
+        }
+    });
+    for n in 1..=40 {
+        let v = session_call(&client, &session, "x += 1; x").await;
+        assert_eq!(v["result"], n.to_string(), "{v}");
+    }
+    others.await.unwrap();
+    let v = session_call(&client, &session, "x = -1\nwhile True: pass").await;
+    assert_eq!(v["limit"], "fuel", "{v}");
+    assert_eq!(v["session"]["rolled_back"], true, "{v}");
+    assert_eq!(session_call(&client, &session, "x").await["result"], "40");
 }
 
 /// DNS rebinding: a page whose name resolves to 127.0.0.1 sends its own name as Host, and a

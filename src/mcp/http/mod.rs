@@ -44,7 +44,9 @@ mod access;
 
 pub use self::access::{Access, HttpError, HttpFlags};
 use super::PythonServer;
+use super::flushes::Flushes;
 use super::tools::MAX_CODE_BYTES;
+use crate::session::registry::RepliesOut;
 
 /// The path of the MCP endpoint.
 pub const MCP_PATH: &str = "/mcp";
@@ -194,8 +196,13 @@ fn plain(status: StatusCode, text: &'static str) -> Reply {
 }
 
 /// Serves `server` over HTTP as `access` allows until SIGTERM or Ctrl-C, then drains (see the
-/// module doc).
-pub async fn serve(server: PythonServer, access: Access) -> Result<(), HttpError> {
+/// module doc). Each response written tells `replies`, so that sessions record their state once
+/// their reply is out.
+pub async fn serve(
+    server: PythonServer,
+    access: Access,
+    replies: RepliesOut,
+) -> Result<(), HttpError> {
     let addr = access.addr;
     let bind = |source| HttpError::Bind { addr, source };
     let listener = TcpListener::bind(addr).await.map_err(bind)?;
@@ -262,7 +269,7 @@ pub async fn serve(server: PythonServer, access: Access) -> Result<(), HttpError
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_TIMEOUT)
-            .serve_connection(TokioIo::new(stream), service);
+            .serve_connection(TokioIo::new(Flushes::new(stream, replies.clone())), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(e) = connection.await {

@@ -5,8 +5,8 @@
 //! changed) keeps a core busy for a fraction of a millisecond. Started while the reply is still
 //! being written, it competes with the writing for the cores, and the caller waits longer for the
 //! reply; started once the reply is out, it runs while the caller reads it. A front end that knows
-//! when its replies are out (stdio flushes each message) reports it through [`RepliesOut`]; without
-//! one (HTTP, the REPL), the state is recorded at once.
+//! when its replies are out (stdio and HTTP flush each one) reports it through [`RepliesOut`];
+//! without one (the REPL, whose next call waits for its user anyway), the state is recorded at once.
 
 use std::time::Duration;
 
@@ -17,8 +17,9 @@ use tokio::sync::watch;
 /// reply held up by a slow reader, or a call whose reply is never written).
 pub const REPLY_WAIT: Duration = Duration::from_millis(5);
 
-/// The front end's side: told each time a reply has gone out.
-#[derive(Debug, Default)]
+/// The front end's side: told each time a reply has gone out (by any of its connections: clones
+/// tell the same sessions).
+#[derive(Debug, Default, Clone)]
 pub struct RepliesOut(watch::Sender<u64>);
 
 impl RepliesOut {
