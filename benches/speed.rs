@@ -16,7 +16,9 @@
 //! - the fuel a fresh `x = 1` burns, from its reply;
 //! - memory: what the fresh runs leave (instances kept for the next fresh calls, on the CPython
 //!   engine), the server's RSS and address space when idle, and what each warm instance (an idle
-//!   session) adds.
+//!   session) adds;
+//! - last, fresh and session calls over streamable HTTP, back to back, from a second server
+//!   started with `--http` (the floor is stdio-only: this compares the two with each other).
 //!
 //! Compute against native CPython is `benches/compare.rs`'s.
 
@@ -30,6 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::client::{Client, new_session, run_python, structured, transport};
+use common::http::{HttpServer, modern};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{ServiceExt, tool, tool_router};
 use safe_python_executor::MAX_KEPT_WRITTEN;
@@ -155,6 +158,24 @@ async fn timed(client: &Client, code: &str, session: Option<&str>) -> anyhow::Re
     Ok(took)
 }
 
+/// The p50 and p90 of [`CALLS`] calls of trivial code to each of `servers` (fresh, or in a
+/// session), interleaved so that load on the machine hits them alike, each after `pause` if given.
+async fn interleaved(
+    servers: &[(&Client, Option<&str>)],
+    pause: Option<Duration>,
+) -> anyhow::Result<Vec<(f64, f64)>> {
+    let mut times = vec![Vec::with_capacity(CALLS); servers.len()];
+    for _ in 0..CALLS {
+        for ((server, session), times) in servers.iter().zip(&mut times) {
+            if let Some(pause) = pause {
+                tokio::time::sleep(pause).await;
+            }
+            times.push(timed(server, "1 + 1", *session).await?);
+        }
+    }
+    Ok(times.iter_mut().map(|times| p50_p90(times)).collect())
+}
+
 /// Prints the p50 and p90 of [`CALLS`] calls of trivial code each to the floor, fresh and in
 /// `session`, interleaved, each after `pause` if given.
 async fn latency(
@@ -164,26 +185,17 @@ async fn latency(
     targets: &Targets,
     pause: Option<Duration>,
 ) -> anyhow::Result<()> {
-    let (mut floor_t, mut fresh_t, mut session_t) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..CALLS {
-        for (server, session, times) in [
-            (floor, None, &mut floor_t),
-            (client, None, &mut fresh_t),
-            (client, Some(session), &mut session_t),
-        ] {
-            if let Some(pause) = pause {
-                tokio::time::sleep(pause).await;
-            }
-            times.push(timed(server, "1 + 1", session).await?);
-        }
-    }
-    let floor_p = p50_p90(&mut floor_t);
-    let fresh_p = p50_p90(&mut fresh_t);
-    let session_p = p50_p90(&mut session_t);
-    let when = pause.map_or("back to back".to_owned(), |p| {
-        format!("each after {} ms idle", p.as_millis())
-    });
-    println!("per call over MCP stdio, `1 + 1` ({CALLS} each, interleaved, {when}), p50 / p90:");
+    let [floor_p, fresh_p, session_p] = interleaved(
+        &[(floor, None), (client, None), (client, Some(session))],
+        pause,
+    )
+    .await?[..] else {
+        unreachable!("one figure per server")
+    };
+    println!(
+        "per call over MCP stdio, `1 + 1` ({CALLS} each, interleaved, {}), p50 / p90:",
+        when(pause)
+    );
     println!(
         "  floor (rmcp, no work)  {:6.3} / {:6.3} ms",
         floor_p.0, floor_p.1
@@ -202,10 +214,90 @@ async fn latency(
         session_p.1,
         session_p.0 - floor_p.0,
     );
+    lead(fresh_p, session_p);
+    Ok(())
+}
+
+/// How calls were spaced.
+fn when(pause: Option<Duration>) -> String {
+    pause.map_or("back to back".to_owned(), |p| {
+        format!("each after {} ms idle", p.as_millis())
+    })
+}
+
+/// Fresh and session calls' p50 and p90, where there is no floor to set them against.
+fn fresh_and_session(fresh: (f64, f64), session: (f64, f64)) {
     println!(
-        "  sessions keep their lead (session p50 < fresh p50): {}",
-        verdict(session_p.0 < fresh_p.0)
+        "  fresh run              {:6.3} / {:6.3} ms",
+        fresh.0, fresh.1
     );
+    println!(
+        "  session call           {:6.3} / {:6.3} ms",
+        session.0, session.1
+    );
+    lead(fresh, session);
+}
+
+/// Whether session calls stay below fresh ones (issue 28's target, on both transports).
+fn lead(fresh: (f64, f64), session: (f64, f64)) {
+    println!(
+        "  sessions keep their lead (session p50 < fresh p50, by {:.3} ms): {}",
+        fresh.0 - session.0,
+        verdict(session.0 < fresh.0)
+    );
+}
+
+/// Calls in runs of one kind, back to back, as a client that only uses a session (or only fresh
+/// calls) sends them with no time to think in between: a session's next call then waits for the
+/// last one's snapshot, which interleaved calls leave to the call of the other kind that follows.
+const RUN: usize = 40;
+
+/// Prints the p50 and p90 of [`CALLS`] fresh calls and as many in `session`, in alternating runs
+/// of [`RUN`] of one kind (the first call of each run not counted), back to back.
+async fn in_runs(client: &Client, session: &str, transport: &str) -> anyhow::Result<()> {
+    let (mut fresh_t, mut session_t) = (Vec::new(), Vec::new());
+    for _ in 0..CALLS / RUN {
+        for (session, times) in [(None, &mut fresh_t), (Some(session), &mut session_t)] {
+            timed(client, "1 + 1", session).await?;
+            for _ in 0..RUN {
+                times.push(timed(client, "1 + 1", session).await?);
+            }
+        }
+    }
+    let (fresh_p, session_p) = (p50_p90(&mut fresh_t), p50_p90(&mut session_t));
+    println!(
+        "per call over MCP {transport}, `1 + 1` ({CALLS} each, in runs of {RUN} of one kind, back to back), p50 / p90:"
+    );
+    fresh_and_session(fresh_p, session_p);
+    Ok(())
+}
+
+/// Prints the p50 and p90 of fresh and session calls over streamable HTTP (2026-07-28 requests
+/// from the rmcp client, one connection): interleaved, back to back and each after [`PAUSE`],
+/// then in runs. The floor is stdio-only, so this compares the two with each other.
+async fn over_http(args: &[&str]) -> anyhow::Result<()> {
+    let mut args = args.to_vec();
+    args.extend(["--http", "127.0.0.1:0"]);
+    let server = HttpServer::start(&args);
+    let client = server.client(modern(), None).await;
+    for _ in 0..20 {
+        timed(&client, "x = 1", None).await?;
+    }
+    let session = new_session(&client, "x = 1").await;
+    for pause in [None, Some(PAUSE)] {
+        let [fresh_p, session_p] =
+            interleaved(&[(&client, None), (&client, Some(&session))], pause).await?[..]
+        else {
+            unreachable!("one figure per server")
+        };
+        println!(
+            "per call over MCP streamable HTTP, `1 + 1` ({CALLS} each, interleaved, {}), p50 / p90:",
+            when(pause)
+        );
+        fresh_and_session(fresh_p, session_p);
+    }
+    in_runs(&client, &session, "streamable HTTP").await?;
+    client.cancel().await?;
     Ok(())
 }
 
@@ -272,6 +364,7 @@ async fn bench() -> anyhow::Result<()> {
     // that thinks between calls sends them (the threads that serve it have gone idle).
     latency(&floor, &client, &session, &targets, None).await?;
     latency(&floor, &client, &session, &targets, Some(PAUSE)).await?;
+    in_runs(&client, &session, "stdio").await?;
 
     // (c) Throughput.
     let floor_rate = throughput(&floor, |_| None).await?;
@@ -337,5 +430,7 @@ async fn bench() -> anyhow::Result<()> {
     );
     floor.cancel().await?;
     client.cancel().await?;
-    Ok(())
+
+    // (f) Sessions over HTTP.
+    over_http(&args).await
 }
