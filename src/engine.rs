@@ -107,7 +107,7 @@ pub const POOL_SLOTS: u32 = 1100;
 /// given back to the kernel. Without userfaultfd, the kernel reports every resident private page
 /// as written, so each reset copies the slot's whole resident set (the pages any call in it
 /// wrote, up to this): a trade between copying and faulting. A fresh trivial call writes about
-/// 1 MiB. Measured with `benches/speed.rs` (load average 5.5 on 2 cores): 1, 2 and 4 MiB within
+/// 1 MiB. Measured with `benches/speed/` (load average 5.5 on 2 cores): 1, 2 and 4 MiB within
 /// noise of each other, 0 (reset by `madvise`, faults again) 25-50% fewer fresh calls per
 /// second, 16 MiB no better. More does not help because wasmtime 48 takes at most 32 written
 /// regions per scan and gives back the rest, so scattered writes still fault: about 120 page
@@ -146,7 +146,7 @@ pub fn pooled(features: Features, metering: Metering, slots: u32) -> wasmtime::R
         // Reuse the slots used last before touching new ones: the slots a server ever uses are
         // then as many as its instances at once, and so is what they keep resident. With
         // wasmtime's default (100 unused slots kept warm), an idle server held 571 MiB of private
-        // memory after 2,000 fresh calls 8 at a time (benches/speed.rs); with 0, see the README.
+        // memory after 2,000 fresh calls 8 at a time (benches/speed/); with 0, see the README.
         .max_unused_warm_slots(0)
         .pagemap_scan(Enabled::Auto);
     let mut config = config_for(features, metering);

@@ -1,7 +1,9 @@
-//! The figures of one `compare` run written into the documents (`--record`): a summary table in
-//! `README.md` and `docs/benchmarks.md` (the same block in both), and each program's times in
-//! `docs/benchmarks.md`. Each block lies between a begin and an end marker and is replaced whole,
-//! with the date and the machine, so that no figure in them is typed by hand.
+//! The figures of one bench run written into the documents (`--record`), each block between a begin
+//! and an end marker and replaced whole, with the date and the machine, so that no figure in them
+//! is typed by hand:
+//! - `compare`: a summary table in `README.md` and `docs/benchmarks.md` (the same block in both),
+//!   and each program's times in `docs/benchmarks.md`;
+//! - `speed`: the per-call figures of each engine beside their targets, in both documents.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -12,6 +14,11 @@ use anyhow::Context;
 pub const SUMMARY: (&str, &str) = (
     "<!-- compare:summary (written by `cargo bench --bench compare -- --record`) -->",
     "<!-- /compare:summary -->",
+);
+/// The `speed` block's markers, in both documents; `tests/it/readme.rs` checks it too.
+pub const SPEED: (&str, &str) = (
+    "<!-- speed:summary (written by `cargo bench --bench speed -- --record`) -->",
+    "<!-- /speed:summary -->",
 );
 /// The per-program block's markers, in `docs/benchmarks.md`.
 pub const PROGRAMS: (&str, &str) = (
@@ -73,11 +80,13 @@ impl Machine {
         Ok(self)
     }
 
-    fn caption(&self, python: &str) -> String {
+    /// Says when, by which `bench`, on what machine (and beside which native Python, if any).
+    fn caption(&self, bench: &str, python: Option<&str>) -> String {
         let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let native = python.map(|p| format!(", native {p}")).unwrap_or_default();
         let mut caption = format!(
-            "Measured on {} by `cargo bench --bench compare -- --record`: {} {}, {cores} cores ({}), \
-             native {python}; load average {} at the start, {} at the end.",
+            "Measured on {} by `cargo bench --bench {bench} -- --record`: {} {}, {cores} cores \
+             ({}){native}; load average {} at the start, {} at the end.",
             self.date,
             std::env::consts::OS,
             std::env::consts::ARCH,
@@ -95,7 +104,7 @@ impl Machine {
 /// Replaces the blocks in `README.md` and `docs/benchmarks.md` under `root`.
 pub fn write(machine: &Machine, summaries: &[Summary], root: &str) -> anyhow::Result<()> {
     let first = summaries.first().context("no engine was measured")?;
-    let caption = machine.caption(&first.python);
+    let caption = machine.caption("compare", Some(&first.python));
     let summary = format!("{caption}\n\n{}", summary_table(summaries));
     let mut programs = format!("{caption}\n");
     for s in summaries {
@@ -145,6 +154,117 @@ fn summary_table(summaries: &[Summary]) -> String {
         write!(t, "| {what}").unwrap();
         for s in summaries {
             write!(t, " | {}", figure(s)).unwrap();
+        }
+        t.push_str(" |\n");
+    }
+    t
+}
+
+/// One configuration's `speed` figures: `1 + 1` over MCP stdio, p50 in ms, server time over the
+/// floor's p50.
+pub struct PerCall {
+    /// The engine, and template if not the plain one.
+    pub name: String,
+    /// Server time of a fresh call, and fresh calls per second at 8 in flight, targeted.
+    pub target_ms: f64,
+    pub target_per_s: f64,
+    /// The floor's own p50, back to back.
+    pub floor_ms: f64,
+    /// A fresh call over the floor, back to back and after idle time; a session call, back to back.
+    pub fresh_ms: f64,
+    pub fresh_idle_ms: f64,
+    pub session_ms: f64,
+    /// Fresh p50 less session p50: interleaved, in runs of one kind, and interleaved over HTTP.
+    pub lead_ms: f64,
+    pub lead_in_runs_ms: f64,
+    pub http_lead_ms: f64,
+    /// Calls per second at 8 in flight: fresh, in 8 sessions, and the floor's.
+    pub fresh_per_s: f64,
+    pub sessions_per_s: f64,
+    pub floor_per_s: f64,
+    /// What each warm instance (an idle session) adds, in MiB: RSS and private memory.
+    pub warm_mib: (f64, f64),
+}
+
+/// Replaces the `speed` block in `README.md` and `docs/benchmarks.md` under `root`.
+pub fn write_speed(machine: &Machine, measured: &[PerCall], root: &str) -> anyhow::Result<()> {
+    let block = format!(
+        "{}\n\n{}",
+        machine.caption("speed", None),
+        speed_table(measured)
+    );
+    let root = Path::new(root);
+    replace_block(&root.join("README.md"), SPEED, &block)?;
+    replace_block(&root.join("docs/benchmarks.md"), SPEED, &block)?;
+    println!("recorded in README.md and docs/benchmarks.md");
+    Ok(())
+}
+
+/// How one row of the `speed` table shows a configuration's figure.
+type PerCallFigure<'a> = &'a dyn Fn(&PerCall) -> String;
+
+fn speed_table(measured: &[PerCall]) -> String {
+    let met = |met: bool| if met { "met" } else { "NOT met" };
+    let lead = |lead: f64| format!("{lead:+.2} ms ({})", met(lead > 0.0));
+    let rows: [(&str, PerCallFigure); 7] = [
+        (
+            "the floor (an rmcp server that does no work), back to back",
+            &|m| format!("{:.2} ms", m.floor_ms),
+        ),
+        (
+            "a fresh call over the floor: back to back; each after 3 ms idle (target)",
+            &|m| {
+                format!(
+                    "{:.2} ms; {:.2} ms (<= {}: {}; {})",
+                    m.fresh_ms,
+                    m.fresh_idle_ms,
+                    m.target_ms,
+                    met(m.fresh_ms <= m.target_ms),
+                    met(m.fresh_idle_ms <= m.target_ms)
+                )
+            },
+        ),
+        ("a call in a session over the floor, back to back", &|m| {
+            format!("{:.2} ms", m.session_ms)
+        }),
+        (
+            "a session call's lead on a fresh one (target: ahead): interleaved; in runs of 40 of one kind; interleaved over HTTP",
+            &|m| {
+                format!(
+                    "{}; {}; {}",
+                    lead(m.lead_ms),
+                    lead(m.lead_in_runs_ms),
+                    lead(m.http_lead_ms)
+                )
+            },
+        ),
+        ("fresh calls/s, 8 in flight (target)", &|m| {
+            format!(
+                "{:.0} (>= {:.0}: {})",
+                m.fresh_per_s,
+                m.target_per_s,
+                met(m.fresh_per_s >= m.target_per_s)
+            )
+        }),
+        ("calls/s in 8 sessions; the floor's", &|m| {
+            format!("{:.0}; {:.0}", m.sessions_per_s, m.floor_per_s)
+        }),
+        (
+            "memory per warm instance (an idle session): RSS, private",
+            &|m| format!("{:.1} MiB, {:.1} MiB", m.warm_mib.0, m.warm_mib.1),
+        ),
+    ];
+    let mut t = String::from("| `1 + 1` over MCP stdio, p50");
+    for m in measured {
+        write!(t, " | {}", m.name).unwrap();
+    }
+    t.push_str(" |\n|---");
+    t.push_str(&"|---".repeat(measured.len()));
+    t.push_str("|\n");
+    for (what, figure) in rows {
+        write!(t, "| {what}").unwrap();
+        for m in measured {
+            write!(t, " | {}", figure(m)).unwrap();
         }
         t.push_str(" |\n");
     }

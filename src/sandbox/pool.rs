@@ -8,7 +8,7 @@
 //!
 //! A used instance is dropped (and its slot reset) where it ran, before the reply. Dropping it on
 //! a thread of its own instead, off the reply's path, measured worse on the 2-core machine
-//! (`benches/speed.rs`, alternating runs, load average 4.5): 1,112-1,267 fresh calls/s with 8 in
+//! (`benches/speed/`, alternating runs, load average 4.5): 1,112-1,267 fresh calls/s with 8 in
 //! flight against 1,291-1,329, and p50 no better: the extra thread competes with the workers and
 //! resets the slot from a cold cache. Instances prepared ahead on a background thread would
 //! move work the same way, and were not tried for that reason.

@@ -1,8 +1,9 @@
 //! The README and `docs/` show what the code does: every `$ command` line of their ```console
 //! blocks is run (with the built binaries on the PATH) and its output compared with the lines that
 //! follow it; the chat examples are run as the server runs them; the README stays a front door
-//! (at most [`MAX_README_LINES`]); and the figures it shows are one dated run's, the same block as
-//! `docs/benchmarks.md`'s, as `cargo bench --bench compare -- --record` wrote them.
+//! (at most [`MAX_README_LINES`]); and each block of figures it shows is one dated run's, the same
+//! block as `docs/benchmarks.md`'s, as `cargo bench --bench compare -- --record` and
+//! `cargo bench --bench speed -- --record` wrote them.
 
 use crate::common;
 
@@ -15,10 +16,19 @@ use serde_json::json;
 /// The README is a front door; the rest lives in `docs/`.
 const MAX_README_LINES: usize = 300;
 
-/// The summary block `benches/support/record.rs` writes, between these markers.
-const SUMMARY_BEGIN: &str =
-    "<!-- compare:summary (written by `cargo bench --bench compare -- --record`) -->";
-const SUMMARY_END: &str = "<!-- /compare:summary -->";
+/// The blocks `benches/support/record.rs` writes, by bench: between these markers.
+const BLOCKS: [(&str, &str, &str); 2] = [
+    (
+        "compare",
+        "<!-- compare:summary (written by `cargo bench --bench compare -- --record`) -->",
+        "<!-- /compare:summary -->",
+    ),
+    (
+        "speed",
+        "<!-- speed:summary (written by `cargo bench --bench speed -- --record`) -->",
+        "<!-- /speed:summary -->",
+    ),
+];
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
@@ -166,29 +176,37 @@ fn the_readme_is_a_front_door() {
     );
 }
 
-/// The block of figures between the markers in `text`, which must hold exactly one.
-fn summary_block(text: &str, doc: &str) -> String {
-    assert_eq!(
-        text.matches(SUMMARY_BEGIN).count(),
-        1,
-        "{doc}: one summary block"
-    );
-    let start = text.find(SUMMARY_BEGIN).unwrap() + SUMMARY_BEGIN.len();
-    let end = text[start..]
-        .find(SUMMARY_END)
-        .unwrap_or_else(|| panic!("{doc}: the summary block ends"));
-    text[start..start + end].trim().to_owned()
+/// The block of figures between `begin` and `end` in `text`, which must hold exactly one.
+fn block(text: &str, doc: &str, (begin, end): (&str, &str)) -> String {
+    assert_eq!(text.matches(begin).count(), 1, "{doc}: one {begin}");
+    let start = text.find(begin).unwrap() + begin.len();
+    let stop = text[start..]
+        .find(end)
+        .unwrap_or_else(|| panic!("{doc}: {begin} ends"));
+    text[start..start + stop].trim().to_owned()
 }
 
 #[test]
 fn the_figures_are_one_dated_run_the_same_in_the_readme_and_the_benchmarks_page() {
-    let readme = summary_block(&read("README.md"), "README.md");
-    let page = summary_block(&read("docs/benchmarks.md"), "docs/benchmarks.md");
-    assert_eq!(
-        readme, page,
-        "the README's figures are not the benchmarks page's"
-    );
-    let caption = readme.lines().next().unwrap_or_default();
+    for (bench, begin, end) in BLOCKS {
+        let readme = block(&read("README.md"), "README.md", (begin, end));
+        let page = block(
+            &read("docs/benchmarks.md"),
+            "docs/benchmarks.md",
+            (begin, end),
+        );
+        assert_eq!(
+            readme, page,
+            "the README's {bench} figures are not the benchmarks page's"
+        );
+        one_dated_run(&readme, bench);
+    }
+}
+
+/// A block as `--record` writes it: a caption that says when, how and where, then a table whose
+/// rows all hold figures.
+fn one_dated_run(block: &str, bench: &str) {
+    let caption = block.lines().next().unwrap_or_default();
     let date = caption
         .strip_prefix("Measured on ")
         .and_then(|rest| rest.get(..10))
@@ -199,24 +217,27 @@ fn the_figures_are_one_dated_run_the_same_in_the_readme_and_the_benchmarks_page(
         "{date} is not a date"
     );
     assert!(
-        caption.contains("by `cargo bench --bench compare -- --record`")
+        caption.contains(&format!("by `cargo bench --bench {bench} -- --record`"))
             && caption.contains("cores"),
         "the caption says how and where: {caption}"
     );
-    let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with('|')).collect();
+    let rows: Vec<&str> = block.lines().filter(|l| l.starts_with('|')).collect();
     assert!(
         rows.len() >= 7,
-        "a header, a rule and five rows of figures: {readme}"
+        "a header, a rule and five rows of figures: {block}"
     );
     let columns = rows[0].matches('|').count();
     assert!(
         rows.iter().all(|r| r.matches('|').count() == columns),
         "every row has the header's columns"
     );
+    // Every cell after a row's label starts with a figure (a lead may be negative).
+    let figure = |cell: &str| {
+        let cell = cell.trim();
+        cell.is_empty() || cell.starts_with(|c: char| c.is_ascii_digit() || c == '+' || c == '-')
+    };
     assert!(
-        rows[2..]
-            .iter()
-            .all(|r| r.contains("x |") || r.contains(" ms |")),
-        "each row holds figures: {readme}"
+        rows[2..].iter().all(|r| r.split('|').skip(2).all(figure)),
+        "each row holds figures: {block}"
     );
 }

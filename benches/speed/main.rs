@@ -1,45 +1,49 @@
 //! Per-call figures, each beside its target and beside the floor, in one run:
 //! `cargo bench --bench speed` for the RustPython engine (issue 16's targets),
 //! `cargo bench --bench speed -- --engine cpython` for the CPython engine, and with
-//! `--allow @data` for its data-stack template (issue 28's targets). Other flags are refused.
+//! `--allow @data` for its data-stack template (issue 28's targets).
+//! `cargo bench --bench speed -- --record [--note TEXT]` measures all three in turn and writes their
+//! figures into `README.md` and `docs/benchmarks.md` ([`support::record`]). Other flags are refused.
 //!
-//! The floor is an rmcp stdio server whose `run_python` does no work: this bench re-executes
-//! itself with [`FLOOR_ARG`] to become it, so both servers are measured on the same machine, in the
-//! same minute, through the same client. Against it, over MCP stdio with the real
-//! `safe-python-mcp` (warm module cache, the tests' own under `target/`):
+//! The floor is an rmcp stdio server whose `run_python` does no work ([`floor`]), so
+//! both servers are measured on the same machine, in the same minute, through the same client.
+//! Against it, over MCP stdio with the real `safe-python-mcp` (warm module cache, the tests' own
+//! under `target/`):
 //! - per-call latency (p50, p90) of a fresh `run_python` of trivial code, of a call in a session,
 //!   and of the floor, the three interleaved so that load on the machine hits them alike; server
 //!   time is a p50 less the floor's. Measured twice: back to back, and each call after 3 ms idle
-//!   (as from an assistant that thinks between calls: the servers' threads have parked);
+//!   (as from an assistant that thinks between calls: the servers' threads have parked). Then
+//!   fresh and session calls in runs of one kind, back to back;
 //! - throughput with 8 calls in flight on one connection, every call fresh (or, in sessions, 8
 //!   sessions), against the floor's;
 //! - the fuel a fresh `x = 1` burns, from its reply;
 //! - memory: what the fresh runs leave (instances kept for the next fresh calls, on the CPython
 //!   engine), the server's RSS and address space when idle, and what each warm instance (an idle
 //!   session) adds;
-//! - last, fresh and session calls over streamable HTTP, back to back, from a second server
-//!   started with `--http` (the floor is stdio-only: this compares the two with each other).
+//! - last, fresh and session calls over streamable HTTP from a second server started with
+//!   `--http`, as over stdio but without a floor (which is stdio-only): the two compared with each
+//!   other.
 //!
 //! Compute against native CPython is `benches/compare.rs`'s.
 
-#[path = "../tests/it/common/mod.rs"]
+#[path = "../../tests/it/common/mod.rs"]
 mod common;
+mod configurations;
+mod floor;
+#[path = "../support/mod.rs"]
 mod support;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::client::{Client, new_session, run_python, structured, transport};
 use common::http::{HttpServer, modern};
-use rmcp::handler::server::wrapper::Parameters;
-use rmcp::{ServiceExt, tool, tool_router};
+use configurations::{Asked, CONFIGURATIONS, Targets, has, name};
+use rmcp::ServiceExt;
 use safe_python_executor::MAX_KEPT_WRITTEN;
+use support::record::{Machine, PerCall};
 use support::{load_average, p50_p90, status_mib, verdict};
-
-/// The argument that makes this bench the floor server.
-const FLOOR_ARG: &str = "--floor-server";
 
 /// Calls per latency series, and per throughput run.
 const CALLS: usize = 400;
@@ -49,104 +53,26 @@ const IN_FLIGHT: usize = 8;
 /// to park, as between the calls of an assistant that thinks in between.
 const PAUSE: Duration = Duration::from_millis(3);
 
-/// What the server is asked for, by engine. Server time is taken as a call's p50 less the floor's.
-struct Targets {
-    /// The issue that set them.
-    issue: u32,
-    /// Server time of a fresh call of trivial code, at most.
-    server_ms: f64,
-    /// Fresh calls per second with [`IN_FLIGHT`] in flight, at least.
-    calls_per_s: f64,
-    /// Fuel of a fresh `x = 1`, at most (RustPython's guest only).
-    fuel: Option<u64>,
-}
-
-impl Targets {
-    /// The targets for a server started with `flags` (its engine and allowed modules).
-    fn of(flags: &[String]) -> Targets {
-        match (
-            has(flags, "--engine", "cpython"),
-            has(flags, "--allow", "@data"),
-        ) {
-            (false, _) => Targets {
-                issue: 16,
-                server_ms: 0.5,
-                calls_per_s: 1200.0,
-                fuel: Some(150_000),
-            },
-            (true, data) => Targets {
-                issue: 28,
-                server_ms: if data { 1.0 } else { 0.5 },
-                calls_per_s: 1500.0,
-                fuel: None,
-            },
-        }
-    }
-}
-
-/// Whether `flags` hold `flag value`.
-fn has(flags: &[String], flag: &str, value: &str) -> bool {
-    flags.windows(2).any(|w| w[0] == flag && w[1] == value)
-}
-
-/// The server flags this bench was given after `--`: `--engine NAME` and `--allow MODULES` only
-/// (cargo adds `--bench`).
-fn server_flags() -> anyhow::Result<Vec<String>> {
-    let mut flags = Vec::new();
-    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
-    while let Some(flag) = args.next() {
-        anyhow::ensure!(
-            flag == "--engine" || flag == "--allow",
-            "unknown argument {flag:?}: this bench takes --engine NAME and --allow MODULES"
-        );
-        let value = args
-            .next()
-            .ok_or_else(|| anyhow::anyhow!("{flag} needs a value"))?;
-        flags.extend([flag, value]);
-    }
-    Ok(flags)
-}
-
-/// `run_python`'s arguments, as the floor decodes them (it then ignores them).
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct FloorArgs {
-    #[allow(dead_code)] // decoded, as the real server does, and not used
-    code: String,
-}
-
-/// The floor: an rmcp server on the tool router whose tool does no work.
-struct Floor;
-
-#[tool_router(server_handler)]
-impl Floor {
-    #[tool(description = "Does nothing: the floor that safe-python-mcp is measured against.")]
-    async fn run_python(&self, Parameters(_args): Parameters<FloorArgs>) -> String {
-        String::new()
-    }
-}
-
-fn serve_floor() -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(async {
-            Floor
-                .serve(rmcp::transport::stdio())
-                .await?
-                .waiting()
-                .await?;
-            Ok(())
-        })
-}
-
 fn main() -> anyhow::Result<()> {
-    if std::env::args().nth(1).as_deref() == Some(FLOOR_ARG) {
-        return serve_floor();
+    if std::env::args().nth(1).as_deref() == Some(floor::FLOOR_ARG) {
+        return floor::serve();
     }
-    tokio::runtime::Builder::new_multi_thread()
+    let asked = Asked::parse()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(bench())
+        .build()?;
+    let Some(note) = asked.record else {
+        runtime.block_on(bench(&asked.flags))?;
+        return Ok(());
+    };
+    let started = Machine::now()?;
+    let mut measured = Vec::new();
+    for flags in CONFIGURATIONS {
+        let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        measured.push(runtime.block_on(bench(&flags))?);
+    }
+    let machine = started.finish(note)?;
+    support::record::write_speed(&machine, &measured, env!("CARGO_MANIFEST_DIR"))
 }
 
 /// One call of `code` (fresh, or in `session`), which must succeed; how long it took.
@@ -184,7 +110,7 @@ async fn latency(
     session: &str,
     targets: &Targets,
     pause: Option<Duration>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<[(f64, f64); 3]> {
     let [floor_p, fresh_p, session_p] = interleaved(
         &[(floor, None), (client, None), (client, Some(session))],
         pause,
@@ -215,7 +141,7 @@ async fn latency(
         session_p.0 - floor_p.0,
     );
     lead(fresh_p, session_p);
-    Ok(())
+    Ok([floor_p, fresh_p, session_p])
 }
 
 /// How calls were spaced.
@@ -225,8 +151,9 @@ fn when(pause: Option<Duration>) -> String {
     })
 }
 
-/// Fresh and session calls' p50 and p90, where there is no floor to set them against.
-fn fresh_and_session(fresh: (f64, f64), session: (f64, f64)) {
+/// Fresh and session calls' p50 and p90, where there is no floor to set them against, and the
+/// sessions' lead.
+fn fresh_and_session(fresh: (f64, f64), session: (f64, f64)) -> f64 {
     println!(
         "  fresh run              {:6.3} / {:6.3} ms",
         fresh.0, fresh.1
@@ -235,16 +162,18 @@ fn fresh_and_session(fresh: (f64, f64), session: (f64, f64)) {
         "  session call           {:6.3} / {:6.3} ms",
         session.0, session.1
     );
-    lead(fresh, session);
+    lead(fresh, session)
 }
 
-/// Whether session calls stay below fresh ones (issue 28's target, on both transports).
-fn lead(fresh: (f64, f64), session: (f64, f64)) {
+/// Whether session calls stay below fresh ones (issue 28's target, on both transports), and by
+/// how much (p50s, in ms; below zero when they trail).
+fn lead(fresh: (f64, f64), session: (f64, f64)) -> f64 {
+    let lead = fresh.0 - session.0;
     println!(
-        "  sessions keep their lead (session p50 < fresh p50, by {:.3} ms): {}",
-        fresh.0 - session.0,
-        verdict(session.0 < fresh.0)
+        "  sessions keep their lead (session p50 < fresh p50, by {lead:.3} ms): {}",
+        verdict(lead > 0.0)
     );
+    lead
 }
 
 /// Calls in runs of one kind, back to back, as a client that only uses a session (or only fresh
@@ -254,7 +183,7 @@ const RUN: usize = 40;
 
 /// Prints the p50 and p90 of [`CALLS`] fresh calls and as many in `session`, in alternating runs
 /// of [`RUN`] of one kind (the first call of each run not counted), back to back.
-async fn in_runs(client: &Client, session: &str, transport: &str) -> anyhow::Result<()> {
+async fn in_runs(client: &Client, session: &str, transport: &str) -> anyhow::Result<f64> {
     let (mut fresh_t, mut session_t) = (Vec::new(), Vec::new());
     for _ in 0..CALLS / RUN {
         for (session, times) in [(None, &mut fresh_t), (Some(session), &mut session_t)] {
@@ -268,14 +197,13 @@ async fn in_runs(client: &Client, session: &str, transport: &str) -> anyhow::Res
     println!(
         "per call over MCP {transport}, `1 + 1` ({CALLS} each, in runs of {RUN} of one kind, back to back), p50 / p90:"
     );
-    fresh_and_session(fresh_p, session_p);
-    Ok(())
+    Ok(fresh_and_session(fresh_p, session_p))
 }
 
 /// Prints the p50 and p90 of fresh and session calls over streamable HTTP (2026-07-28 requests
 /// from the rmcp client, one connection): interleaved, back to back and each after [`PAUSE`],
 /// then in runs. The floor is stdio-only, so this compares the two with each other.
-async fn over_http(args: &[&str]) -> anyhow::Result<()> {
+async fn over_http(args: &[&str]) -> anyhow::Result<f64> {
     let mut args = args.to_vec();
     args.extend(["--http", "127.0.0.1:0"]);
     let server = HttpServer::start(&args);
@@ -284,6 +212,7 @@ async fn over_http(args: &[&str]) -> anyhow::Result<()> {
         timed(&client, "x = 1", None).await?;
     }
     let session = new_session(&client, "x = 1").await;
+    let mut leads = Vec::new();
     for pause in [None, Some(PAUSE)] {
         let [fresh_p, session_p] =
             interleaved(&[(&client, None), (&client, Some(&session))], pause).await?[..]
@@ -294,11 +223,11 @@ async fn over_http(args: &[&str]) -> anyhow::Result<()> {
             "per call over MCP streamable HTTP, `1 + 1` ({CALLS} each, interleaved, {}), p50 / p90:",
             when(pause)
         );
-        fresh_and_session(fresh_p, session_p);
+        leads.push(fresh_and_session(fresh_p, session_p));
     }
     in_runs(&client, &session, "streamable HTTP").await?;
     client.cancel().await?;
-    Ok(())
+    Ok(leads[0])
 }
 
 /// Calls per second with [`IN_FLIGHT`] calls in flight on one connection; `session(i)` is the
@@ -330,10 +259,11 @@ async fn throughput(
     Ok(THROUGHPUT_CALLS as f64 / started.elapsed().as_secs_f64())
 }
 
-async fn bench() -> anyhow::Result<()> {
-    let flags = server_flags()?;
-    let targets = Targets::of(&flags);
-    if has(&flags, "--engine", "cpython") {
+/// Measures the server started with `flags` and prints each figure; returns those the documents
+/// show.
+async fn bench(flags: &[String]) -> anyhow::Result<PerCall> {
+    let targets = Targets::of(flags);
+    if has(flags, "--engine", "cpython") {
         common::cpython_artifacts();
     }
     println!(
@@ -341,9 +271,7 @@ async fn bench() -> anyhow::Result<()> {
         targets.issue,
         load_average()
     );
-    let mut floor_command = Command::new(std::env::current_exe()?);
-    floor_command.arg(FLOOR_ARG);
-    let floor = transport(floor_command);
+    let floor = transport(floor::command()?);
     let floor_pid = floor.id().ok_or_else(|| anyhow::anyhow!("no floor pid"))?;
     let floor = ().serve(floor).await?;
     let mut args = vec!["--max-sessions", "64"];
@@ -362,9 +290,10 @@ async fn bench() -> anyhow::Result<()> {
 
     // (b) Latency, the three interleaved: back to back, then each call after a pause, as a client
     // that thinks between calls sends them (the threads that serve it have gone idle).
-    latency(&floor, &client, &session, &targets, None).await?;
-    latency(&floor, &client, &session, &targets, Some(PAUSE)).await?;
-    in_runs(&client, &session, "stdio").await?;
+    let [floor_p, fresh_p, session_p] = latency(&floor, &client, &session, &targets, None).await?;
+    let [idle_floor, idle_fresh, _] =
+        latency(&floor, &client, &session, &targets, Some(PAUSE)).await?;
+    let lead_in_runs = in_runs(&client, &session, "stdio").await?;
 
     // (c) Throughput.
     let floor_rate = throughput(&floor, |_| None).await?;
@@ -423,14 +352,33 @@ async fn bench() -> anyhow::Result<()> {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let per = |after: f64, before: f64| (after - before) / WARM as f64;
-    println!(
-        "  per warm instance (an idle session after `x = 1`, {WARM} of them): {:.2} MiB RSS, {:.2} MiB private",
+    let warm = (
         per(status_mib(pid, "VmRSS:")?, rss),
         per(status_mib(pid, "RssAnon:")?, anon),
+    );
+    println!(
+        "  per warm instance (an idle session after `x = 1`, {WARM} of them): {:.2} MiB RSS, {:.2} MiB private",
+        warm.0, warm.1
     );
     floor.cancel().await?;
     client.cancel().await?;
 
     // (f) Sessions over HTTP.
-    over_http(&args).await
+    let http_lead = over_http(&args).await?;
+    Ok(PerCall {
+        name: name(flags),
+        target_ms: targets.server_ms,
+        target_per_s: targets.calls_per_s,
+        floor_ms: floor_p.0,
+        fresh_ms: fresh_p.0 - floor_p.0,
+        fresh_idle_ms: idle_fresh.0 - idle_floor.0,
+        session_ms: session_p.0 - floor_p.0,
+        lead_ms: fresh_p.0 - session_p.0,
+        lead_in_runs_ms: lead_in_runs,
+        http_lead_ms: http_lead,
+        fresh_per_s: fresh_rate,
+        sessions_per_s: session_rate,
+        floor_per_s: floor_rate,
+        warm_mib: warm,
+    })
 }
