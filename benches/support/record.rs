@@ -120,40 +120,49 @@ pub fn write(machine: &Machine, summaries: &[Summary], root: &str) -> anyhow::Re
 }
 
 fn summary_table(summaries: &[Summary]) -> String {
-    let mut t = String::from("|");
-    for s in summaries {
-        write!(t, " | {}", s.engine).unwrap();
-    }
-    t.push_str(" |\n|---");
-    t.push_str(&"|---".repeat(summaries.len()));
-    t.push_str("|\n");
     let programs = first_len(summaries);
-    let rows: [(String, Figure); 5] = [
-        (
-            format!(
-                "compute: run time against native CPython, geometric mean of {programs} programs, fuel metering on (the default)"
-            ),
-            |s| format!("{:.2}x", s.fuel_ratio),
-        ),
-        ("the same with `--fuel off`".into(), |s| {
+    let compute = format!(
+        "compute: run time against native CPython, geometric mean of {programs} programs, fuel metering on (the default)"
+    );
+    let rows: [(&str, Cell<Summary>); 5] = [
+        (&compute, &|s| format!("{:.2}x", s.fuel_ratio)),
+        ("the same with `--fuel off`", &|s| {
             format!("{:.2}x", s.off_ratio)
         }),
-        ("a fresh call of `print(1)`, in process, p50".into(), |s| {
+        ("a fresh call of `print(1)`, in process, p50", &|s| {
             format!("{:.2} ms", s.fresh_ms)
         }),
+        ("a call of `x = 1` in a session, in process, p50", &|s| {
+            format!("{:.2} ms", s.session_ms)
+        }),
         (
-            "a call of `x = 1` in a session, in process, p50".into(),
-            |s| format!("{:.2} ms", s.session_ms),
-        ),
-        (
-            "`sandbox-run -c 'print(1)'`, process start to exit, median".into(),
-            |s| format!("{:.0} ms", s.process_ms),
+            "`sandbox-run -c 'print(1)'`, process start to exit, median",
+            &|s| format!("{:.0} ms", s.process_ms),
         ),
     ];
+    table("", summaries, |s| s.engine, &rows)
+}
+
+/// How a row of a table shows one column's figure.
+type Cell<'a, T> = &'a dyn Fn(&T) -> String;
+
+/// A Markdown table: `corner` above the rows' labels, a column per item of `columns` headed by
+/// `head`, and a row per label and figure.
+fn table<T>(corner: &str, columns: &[T], head: fn(&T) -> &str, rows: &[(&str, Cell<T>)]) -> String {
+    let mut t = String::from("|");
+    if !corner.is_empty() {
+        write!(t, " {corner}").unwrap();
+    }
+    for column in columns {
+        write!(t, " | {}", head(column)).unwrap();
+    }
+    t.push_str(" |\n|---");
+    t.push_str(&"|---".repeat(columns.len()));
+    t.push_str("|\n");
     for (what, figure) in rows {
         write!(t, "| {what}").unwrap();
-        for s in summaries {
-            write!(t, " | {}", figure(s)).unwrap();
+        for column in columns {
+            write!(t, " | {}", figure(column)).unwrap();
         }
         t.push_str(" |\n");
     }
@@ -200,13 +209,10 @@ pub fn write_speed(machine: &Machine, measured: &[PerCall], root: &str) -> anyho
     Ok(())
 }
 
-/// How one row of the `speed` table shows a configuration's figure.
-type PerCallFigure<'a> = &'a dyn Fn(&PerCall) -> String;
-
 fn speed_table(measured: &[PerCall]) -> String {
     let met = |met: bool| if met { "met" } else { "NOT met" };
     let lead = |lead: f64| format!("{lead:+.2} ms ({})", met(lead > 0.0));
-    let rows: [(&str, PerCallFigure); 7] = [
+    let rows: [(&str, Cell<PerCall>); 7] = [
         (
             "the floor (an rmcp server that does no work), back to back",
             &|m| format!("{:.2} ms", m.floor_ms),
@@ -254,25 +260,8 @@ fn speed_table(measured: &[PerCall]) -> String {
             &|m| format!("{:.1} MiB, {:.1} MiB", m.warm_mib.0, m.warm_mib.1),
         ),
     ];
-    let mut t = String::from("| `1 + 1` over MCP stdio, p50");
-    for m in measured {
-        write!(t, " | {}", m.name).unwrap();
-    }
-    t.push_str(" |\n|---");
-    t.push_str(&"|---".repeat(measured.len()));
-    t.push_str("|\n");
-    for (what, figure) in rows {
-        write!(t, "| {what}").unwrap();
-        for m in measured {
-            write!(t, " | {}", figure(m)).unwrap();
-        }
-        t.push_str(" |\n");
-    }
-    t
+    table("`1 + 1` over MCP stdio, p50", measured, |m| &m.name, &rows)
 }
-
-/// How one row of the summary shows an engine's figure.
-type Figure = fn(&Summary) -> String;
 
 fn first_len(summaries: &[Summary]) -> usize {
     summaries.first().map_or(0, |s| s.rows.len())
