@@ -10,6 +10,8 @@ use std::path::Path;
 
 use anyhow::Context;
 
+use super::verdict;
+
 /// The summary block's markers, in both documents; `tests/it/readme.rs` checks the block.
 pub const SUMMARY: (&str, &str) = (
     "<!-- compare:summary (written by `cargo bench --bench compare -- --record`) -->",
@@ -210,8 +212,7 @@ pub fn write_speed(machine: &Machine, measured: &[PerCall], root: &str) -> anyho
 }
 
 fn speed_table(measured: &[PerCall]) -> String {
-    let met = |met: bool| if met { "met" } else { "NOT met" };
-    let lead = |lead: f64| format!("{lead:+.2} ms ({})", met(lead > 0.0));
+    let lead = |lead: f64| format!("{lead:+.2} ms ({})", verdict(lead > 0.0));
     let rows: [(&str, Cell<PerCall>); 7] = [
         (
             "the floor (an rmcp server that does no work), back to back",
@@ -225,8 +226,8 @@ fn speed_table(measured: &[PerCall]) -> String {
                     m.fresh_ms,
                     m.fresh_idle_ms,
                     m.target_ms,
-                    met(m.fresh_ms <= m.target_ms),
-                    met(m.fresh_idle_ms <= m.target_ms)
+                    verdict(m.fresh_ms <= m.target_ms),
+                    verdict(m.fresh_idle_ms <= m.target_ms)
                 )
             },
         ),
@@ -249,7 +250,7 @@ fn speed_table(measured: &[PerCall]) -> String {
                 "{:.0} (>= {:.0}: {})",
                 m.fresh_per_s,
                 m.target_per_s,
-                met(m.fresh_per_s >= m.target_per_s)
+                verdict(m.fresh_per_s >= m.target_per_s)
             )
         }),
         ("calls/s in 8 sessions; the floor's", &|m| {
