@@ -213,6 +213,7 @@ pub(crate) fn random_name(prefix: &str, infix: &str) -> io::Result<String> {
 /// Creates the directory `name` in `dir`, 0700 and exclusively (an existing name, a link
 /// included, is an error), and opens it.
 pub(crate) fn create_private_dir(dir: &Dir, name: &str) -> Result<Dir, Distrust> {
+    #[cfg_attr(not(unix), expect(unused_mut, reason = "only Unix sets the mode"))]
     let mut builder = cap_std::fs::DirBuilder::new();
     #[cfg(unix)]
     cap_std::fs::DirBuilderExt::mode(&mut builder, 0o700);

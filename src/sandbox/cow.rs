@@ -10,6 +10,7 @@
 //! template's pages are copied as before.
 
 /// The unit pages of the image are compared and mapped in.
+#[cfg(target_os = "linux")]
 const CHUNK: usize = 64 << 10;
 
 pub(crate) use imp::Image;
