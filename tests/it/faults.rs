@@ -26,6 +26,33 @@ fn assert_exits_0(raw: &mut Raw, what: &str) {
     raw.rest();
 }
 
+/// Over pipes and over sockets alike, the server reads and writes stdio on its runtime's own
+/// threads (`mcp::stdio`): a call fresh and in a session, then stdin closed.
+#[test]
+fn stdio_on_pipes_or_sockets_serves_calls_and_ends_when_the_client_closes_it() {
+    for mut raw in [Raw::start(), Raw::start_on_sockets()] {
+        raw.initialize();
+        if cfg!(target_os = "linux") {
+            assert_eq!(raw.stdio_nonblocking(), [true, true]);
+        }
+        calls_then_stdin_closed(raw);
+    }
+}
+
+fn calls_then_stdin_closed(mut raw: Raw) {
+    raw.run_python(2, json!({"code": "print(6 * 7)", "session": "new"}), None);
+    let reply = raw.response(2);
+    assert_eq!(reply["result"]["structuredContent"]["stdout"], "42\n");
+    let session = reply["result"]["structuredContent"]["session"]["id"].clone();
+    raw.run_python(3, json!({"code": "x = 1 + 1\nx", "session": session}), None);
+    assert_eq!(
+        raw.response(3)["result"]["structuredContent"]["result"],
+        "2"
+    );
+    raw.close_stdin();
+    assert_exits_0(&mut raw, "stdin closed after calls");
+}
+
 #[test]
 fn stdin_closed_before_initialize() {
     let mut raw = Raw::start();

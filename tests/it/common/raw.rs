@@ -1,9 +1,9 @@
 //! A `safe-python-mcp` process spoken to in raw JSON-RPC lines: for what a well-behaved client
 //! would never do (malformed lines, closing stdin mid-run, signals).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 pub struct Raw {
     child: Child,
-    stdin: Option<ChildStdin>,
+    stdin: Option<Box<dyn Write + Send>>,
     lines: mpsc::Receiver<String>,
 }
 
@@ -28,7 +28,26 @@ impl Raw {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
+        let stdin = child.stdin.take().unwrap();
         let stdout = child.stdout.take().unwrap();
+        Raw::over(child, Box::new(stdin), stdout)
+    }
+
+    /// A server whose stdin and stdout are each a Unix socket, as Node's child processes (and
+    /// so Electron's, and MCP Inspector's) get them, where Rust and Python make pipes.
+    pub fn start_on_sockets() -> Raw {
+        use std::os::unix::net::UnixStream;
+        let (stdin, server_in) = UnixStream::pair().unwrap();
+        let (stdout, server_out) = UnixStream::pair().unwrap();
+        let child = super::spawn::mcp_server(&[])
+            .stdin(std::os::fd::OwnedFd::from(server_in))
+            .stdout(std::os::fd::OwnedFd::from(server_out))
+            .spawn()
+            .unwrap();
+        Raw::over(child, Box::new(stdin), stdout)
+    }
+
+    fn over(child: Child, stdin: Box<dyn Write + Send>, stdout: impl Read + Send + 'static) -> Raw {
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -36,7 +55,7 @@ impl Raw {
             }
         });
         Raw {
-            stdin: child.stdin.take(),
+            stdin: Some(stdin),
             child,
             lines,
         }
@@ -44,6 +63,20 @@ impl Raw {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Whether the server's stdin and stdout are in non-blocking mode, as its runtime puts them
+    /// when it reads and writes them itself (Linux only: read from `/proc`).
+    pub fn stdio_nonblocking(&self) -> [bool; 2] {
+        [0, 1].map(|fd| {
+            let info =
+                std::fs::read_to_string(format!("/proc/{}/fdinfo/{fd}", self.pid())).unwrap();
+            let flags = info
+                .lines()
+                .find_map(|line| line.strip_prefix("flags:"))
+                .expect("a flags line");
+            u32::from_str_radix(flags.trim(), 8).unwrap() & libc::O_NONBLOCK as u32 != 0
+        })
     }
 
     pub fn send(&mut self, line: &str) {
