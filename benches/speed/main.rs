@@ -14,6 +14,7 @@
 //!   time is a p50 less the floor's. Measured twice: back to back, and each call after 3 ms idle
 //!   (as from an assistant that thinks between calls: the servers' threads have parked). Then
 //!   fresh and session calls in runs of one kind, back to back;
+//! - what a call costs each server: context switches and CPU time per call, in a row of one kind;
 //! - throughput with 8 calls in flight on one connection, every call fresh (or, in sessions, 8
 //!   sessions), against the floor's;
 //! - the fuel a fresh `x = 1` burns, from its reply;
@@ -200,6 +201,24 @@ async fn in_runs(client: &Client, session: &str, transport: &str) -> anyhow::Res
     Ok(fresh_and_session(fresh_p, session_p))
 }
 
+/// Prints what a call costs the server it goes to: the context switches of all its threads and
+/// the CPU time it used, per call over [`CALLS`] calls of trivial code in a row, for each of
+/// `servers` (a client, its server's pid, and the session to call, if any) in turn.
+async fn costs(servers: &[(&str, &Client, u32, Option<&str>)]) -> anyhow::Result<()> {
+    println!("what a call costs its server, {CALLS} calls of `1 + 1` in a row, back to back:");
+    for (name, client, pid, session) in servers {
+        timed(client, "1 + 1", *session).await?;
+        let (switches, cpu) = (support::context_switches(*pid)?, support::cpu_time(*pid)?);
+        for _ in 0..CALLS {
+            timed(client, "1 + 1", *session).await?;
+        }
+        let switches = (support::context_switches(*pid)? - switches) as f64 / CALLS as f64;
+        let cpu = (support::cpu_time(*pid)? - cpu).as_secs_f64() * 1000.0 / CALLS as f64;
+        println!("  {name:<22} {switches:5.1} context switches, {cpu:.3} ms of CPU");
+    }
+    Ok(())
+}
+
 /// Prints the p50 and p90 of fresh and session calls over streamable HTTP (2026-07-28 requests
 /// from the rmcp client, one connection): interleaved, back to back and each after [`PAUSE`],
 /// then in runs. The floor is stdio-only, so this compares the two with each other.
@@ -294,6 +313,12 @@ async fn bench(flags: &[String]) -> anyhow::Result<PerCall> {
     let [idle_floor, idle_fresh, _] =
         latency(&floor, &client, &session, &targets, Some(PAUSE)).await?;
     let lead_in_runs = in_runs(&client, &session, "stdio").await?;
+    costs(&[
+        ("floor (rmcp, no work)", &floor, floor_pid, None),
+        ("fresh run", &client, pid, None),
+        ("session call", &client, pid, Some(&session)),
+    ])
+    .await?;
 
     // (c) Throughput.
     let floor_rate = throughput(&floor, |_| None).await?;

@@ -50,6 +50,28 @@ pub fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
 
 pub mod record;
 
+/// The context switches, voluntary or not, that all of process `pid`'s threads have made so far,
+/// from `/proc/<pid>/task/*/status`: each one a thread that slept or was put aside, and most of
+/// them a thread woken to hand work on.
+pub fn context_switches(pid: u32) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        // A thread that ended since the listing has taken its counts with it.
+        let Ok(status) = std::fs::read_to_string(task?.path().join("status")) else {
+            continue;
+        };
+        for line in status.lines() {
+            if let Some(n) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                total += n.trim().parse::<u64>()?;
+            }
+        }
+    }
+    Ok(total)
+}
+
 /// The CPU time (user and system, all threads) process `pid` has used so far, from
 /// `/proc/<pid>/stat`.
 pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
