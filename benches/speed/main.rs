@@ -208,12 +208,13 @@ async fn costs(servers: &[(&str, &Client, u32, Option<&str>)]) -> anyhow::Result
     println!("what a call costs its server, {CALLS} calls of `1 + 1` in a row, back to back:");
     for (name, client, pid, session) in servers {
         timed(client, "1 + 1", *session).await?;
-        let (switches, cpu) = (support::context_switches(*pid)?, support::cpu_time(*pid)?);
+        let before = support::Threads::of(*pid)?;
         for _ in 0..CALLS {
             timed(client, "1 + 1", *session).await?;
         }
-        let switches = (support::context_switches(*pid)? - switches) as f64 / CALLS as f64;
-        let cpu = (support::cpu_time(*pid)? - cpu).as_secs_f64() * 1000.0 / CALLS as f64;
+        let (switches, cpu) = support::Threads::of(*pid)?.since(&before);
+        let switches = switches as f64 / CALLS as f64;
+        let cpu = cpu.as_secs_f64() * 1000.0 / CALLS as f64;
         println!("  {name:<22} {switches:5.1} context switches, {cpu:.3} ms of CPU");
     }
     Ok(())

@@ -50,26 +50,51 @@ pub fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
 
 pub mod record;
 
-/// The context switches, voluntary or not, that all of process `pid`'s threads have made so far,
-/// from `/proc/<pid>/task/*/status`: each one a thread that slept or was put aside, and most of
-/// them a thread woken to hand work on.
-pub fn context_switches(pid: u32) -> anyhow::Result<u64> {
-    let mut total = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        // A thread that ended since the listing has taken its counts with it.
-        let Ok(status) = std::fs::read_to_string(task?.path().join("status")) else {
-            continue;
-        };
-        for line in status.lines() {
-            if let Some(n) = line
-                .strip_prefix("voluntary_ctxt_switches:")
-                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
-            {
-                total += n.trim().parse::<u64>()?;
+/// What each live thread of a process has spent so far, by thread id: context switches, voluntary
+/// or not (each a thread that slept or was put aside, most of them a thread woken to hand work
+/// on), and nanoseconds on a CPU (`schedstat`; [`cpu_time`] counts clock ticks of 10 ms, too
+/// coarse for a few hundred calls of a tenth of a millisecond).
+pub struct Threads(std::collections::HashMap<String, (u64, u64)>);
+
+impl Threads {
+    pub fn of(pid: u32) -> anyhow::Result<Threads> {
+        let mut threads = std::collections::HashMap::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+            let task = task?.path();
+            // A thread that ended since the listing has taken its files with it.
+            let (Ok(status), Ok(schedstat)) = (
+                std::fs::read_to_string(task.join("status")),
+                std::fs::read_to_string(task.join("schedstat")),
+            ) else {
+                continue;
+            };
+            let mut switches = 0;
+            for line in status.lines() {
+                if let Some(n) = line
+                    .strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+                {
+                    switches += n.trim().parse::<u64>()?;
+                }
             }
+            let on_cpu = schedstat.split_whitespace().next().unwrap_or("0").parse()?;
+            let id = task.file_name().unwrap_or_default().to_string_lossy();
+            threads.insert(id.into_owned(), (switches, on_cpu));
         }
+        Ok(Threads(threads))
     }
-    Ok(total)
+
+    /// The context switches and CPU time since `earlier`, of the threads alive now: a thread
+    /// that ended in between is left out.
+    pub fn since(&self, earlier: &Threads) -> (u64, Duration) {
+        let (mut switches, mut nanos) = (0, 0);
+        for (id, (s, n)) in &self.0 {
+            let (s0, n0) = earlier.0.get(id).copied().unwrap_or_default();
+            switches += s.saturating_sub(s0);
+            nanos += n.saturating_sub(n0);
+        }
+        (switches, Duration::from_nanos(nanos))
+    }
 }
 
 /// The CPU time (user and system, all threads) process `pid` has used so far, from

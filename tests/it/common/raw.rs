@@ -35,6 +35,7 @@ impl Raw {
 
     /// A server whose stdin and stdout are each a Unix socket, as Node's child processes (and
     /// so Electron's, and MCP Inspector's) get them, where Rust and Python make pipes.
+    #[cfg(unix)]
     pub fn start_on_sockets() -> Raw {
         use std::os::unix::net::UnixStream;
         let (stdin, server_in) = UnixStream::pair().unwrap();
@@ -67,6 +68,7 @@ impl Raw {
 
     /// Whether the server's stdin and stdout are in non-blocking mode, as its runtime puts them
     /// when it reads and writes them itself (Linux only: read from `/proc`).
+    #[cfg(unix)]
     pub fn stdio_nonblocking(&self) -> [bool; 2] {
         [0, 1].map(|fd| {
             let info =
