@@ -63,7 +63,7 @@ mod unix {
     use super::{Reader, Writer};
 
     /// What a stdio descriptor refers to, when the runtime can wait on it.
-    #[derive(Clone, Copy, PartialEq, Debug)]
+    #[derive(Clone, Copy)]
     enum Kind {
         Pipe,
         Socket,
@@ -93,17 +93,14 @@ mod unix {
         stderr: impl AsFd,
     ) -> Option<(Reader, Writer)> {
         let (stdin, stdout) = (stdin.as_fd(), stdout.as_fd());
-        let stats = [stdin, stdout, stderr.as_fd()].map(|fd| rustix::fs::fstat(fd).ok());
-        let [Some(input), Some(output), err] = &stats else {
-            return None;
-        };
-        if err
-            .as_ref()
-            .is_some_and(|err| same_file(err, input) || same_file(err, output))
+        let input = rustix::fs::fstat(stdin).ok()?;
+        let output = rustix::fs::fstat(stdout).ok()?;
+        if let Ok(err) = rustix::fs::fstat(stderr)
+            && (same_file(&err, &input) || same_file(&err, &output))
         {
             return None;
         }
-        let kinds = (kind(stdin, input)?, kind(stdout, output)?);
+        let kinds = (kind(stdin, &input)?, kind(stdout, &output)?);
         let opened = reader(stdin, kinds.0).and_then(|r| Ok((r, writer(stdout, kinds.1)?)));
         if opened.is_err() {
             // One of them may have been made non-blocking before the other failed.
